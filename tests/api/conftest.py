@@ -1,0 +1,84 @@
+"""A fake engine for fast unit tests of the HTTP layer only; engine behaviour is tested on the real one."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from api.app import create_app
+from api.catalog import ModelCatalog
+from engine.types import ChoiceDelta, EngineError, EngineLoad
+
+
+class FakeEngine:
+    """Emits `tokens_per_request` one-token deltas per choice; can fail after `fail_after` steps."""
+
+    model_id = "fake-base"
+    max_model_len = 64
+
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+        self.alive = True
+        self.fail_after: int | None = None
+        self.tokens_per_request = 4
+        self.step_delay = 0.0
+        self.aborted: list[str] = []
+        self.requests: list[tuple] = []
+
+    def start(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+    def tokenizer(self):
+        return self._tokenizer
+
+    async def generate(self, request_id, prompt_token_ids, params, adapter):
+        self.requests.append((request_id, list(prompt_token_ids), params, adapter))
+        count = min(self.tokens_per_request, params.max_tokens)
+        for step in range(count):
+            if self.fail_after is not None and step >= self.fail_after:
+                raise EngineError("injected failure")
+            await asyncio.sleep(self.step_delay)
+            token = 100 + step
+            yield [ChoiceDelta(index=i, text=self._tokenizer.decode([token]), token_ids=(token,),
+                               finish_reason="length" if step == count - 1 else None) for i in range(params.n)]
+
+    async def abort(self, request_id):
+        self.aborted.append(request_id)
+
+    def is_alive(self):
+        return self.alive
+
+    def load(self):
+        return EngineLoad()
+
+    def num_unfinished_requests(self):
+        return 0
+
+
+@pytest.fixture(scope="session")
+def small_tokenizer():
+    from engine.tiny_llama import TinyLlamaSpec, train_tokenizer
+
+    return train_tokenizer(TinyLlamaSpec())
+
+
+@pytest.fixture
+def fake_engine(small_tokenizer):
+    return FakeEngine(small_tokenizer)
+
+
+@pytest.fixture
+def fake_app(fake_engine):
+    return create_app(fake_engine, ModelCatalog(fake_engine.model_id, {}))
+
+
+@pytest.fixture
+async def fake_client(fake_app):
+    transport = httpx.ASGITransport(app=fake_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://fake") as client:
+        yield client

@@ -1,0 +1,101 @@
+"""HTTP-layer behaviour on a fake engine: error shapes, mid-stream failures, health, request ids."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+CHAT = {"model": "fake-base", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+def sse_payloads(text: str) -> list:
+    return [line[len("data: "):] for line in text.splitlines() if line.startswith("data: ")]
+
+
+async def test_engine_failure_mid_stream_is_an_sse_error_event(fake_client, fake_engine):
+    fake_engine.fail_after = 2
+    response = await fake_client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    payloads = sse_payloads(response.text)
+    assert response.status_code == 200
+    assert payloads[-1] == "[DONE]"
+    error = json.loads(payloads[-2])["error"]
+    assert error["type"] == "server_error" and error["code"] == "engine_error"
+    content = [json.loads(p)["choices"][0]["delta"].get("content") for p in payloads[1:-2]]
+    assert len(content) == 2
+
+
+async def test_openai_client_raises_on_mid_stream_error(fake_app, fake_engine):
+    fake_engine.fail_after = 1
+    http_client = httpx.AsyncClient(transport=httpx.ASGITransport(app=fake_app))
+    client = openai.AsyncOpenAI(base_url="http://fake/v1", api_key="x", http_client=http_client, max_retries=0)
+    stream = await client.chat.completions.create(stream=True, **CHAT)
+    with pytest.raises(openai.APIError, match="engine failed"):
+        async for _ in stream:
+            pass
+
+
+async def test_engine_failure_before_output_is_500(fake_client, fake_engine):
+    fake_engine.fail_after = 0
+    response = await fake_client.post("/v1/completions", json={"model": "fake-base", "prompt": "x"})
+    assert response.status_code == 500
+    assert response.json()["error"]["type"] == "server_error"
+
+
+async def test_health_is_503_when_engine_dead(fake_client, fake_engine):
+    assert (await fake_client.get("/health")).status_code == 200
+    fake_engine.alive = False
+    response = await fake_client.get("/health")
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "engine_dead"
+
+
+@pytest.mark.parametrize("method,path,status", [("GET", "/v1/nothing", 404), ("GET", "/v1/completions", 405)])
+async def test_unknown_routes_are_openai_errors(fake_client, method, path, status):
+    response = await fake_client.request(method, path)
+    assert response.status_code == status
+    assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+
+
+async def test_schema_errors_are_400_and_list_every_problem(fake_client):
+    response = await fake_client.post("/v1/chat/completions", json={
+        "model": "fake-base", "messages": [{"role": "robot", "content": "x"}], "temperature": 9, "n": 0})
+    assert response.status_code == 400
+    message = response.json()["error"]["message"]
+    for field in ("messages[0].role", "temperature", "n"):
+        assert field in message
+
+
+async def test_unsupported_parameters_are_refused(fake_client):
+    response = await fake_client.post("/v1/chat/completions", json={**CHAT, "tools": [{"type": "function"}]})
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "tools"
+
+
+async def test_n_choices_and_usage(fake_client, fake_engine):
+    response = await fake_client.post("/v1/completions", json={
+        "model": "fake-base", "prompt": [[1, 2, 3], [4, 5]], "n": 2, "max_tokens": 3})
+    body = response.json()
+    assert [c["index"] for c in body["choices"]] == [0, 1, 2, 3]
+    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 12, "total_tokens": 17}
+    assert len(fake_engine.requests) == 2
+
+
+async def test_token_ids_outside_vocab_are_400(fake_client):
+    response = await fake_client.post("/v1/completions", json={"model": "fake-base", "prompt": [1, 10**6]})
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "prompt"
+
+
+async def test_max_completion_tokens_over_context_names_it(fake_client):
+    response = await fake_client.post("/v1/chat/completions", json={**CHAT, "max_completion_tokens": 1000})
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "max_completion_tokens"
+
+
+async def test_invalid_request_id_is_replaced(fake_client):
+    response = await fake_client.get("/v1/models", headers={"X-Request-Id": "bad id with spaces"})
+    assert response.headers["x-request-id"] != "bad id with spaces"
+    assert len(response.headers["x-request-id"]) == 32

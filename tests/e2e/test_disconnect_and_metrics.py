@@ -1,0 +1,91 @@
+"""A dropped stream is aborted in the engine; /health and /metrics report what happened."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def scrape(server: str) -> dict[tuple[str, tuple], float]:
+    text = httpx.get(f"{server}/metrics").text
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+def value(samples, name: str, **labels) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def wait_until_idle(server: str, timeout: float = 30) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        samples = scrape(server)
+        idle = all(value(samples, name) == 0 for name in (
+            "loraplex_engine_unfinished_requests", "loraplex_engine_running_requests",
+            "loraplex_engine_waiting_requests", "loraplex_requests_in_flight"))
+        if idle or time.monotonic() > deadline:
+            return samples
+        time.sleep(0.2)
+
+
+def test_dropped_stream_is_aborted(server, adapter_names):
+    body = {"model": adapter_names[0], "prompt": "tell me a long story", "max_tokens": 900,
+            "ignore_eos": True, "stream": True}
+    before = scrape(server)
+    with httpx.Client(base_url=server, timeout=60) as client:
+        with client.stream("POST", "/v1/completions", json=body) as response:
+            received = 0
+            for line in response.iter_lines():
+                if line.startswith("data: "):
+                    received += 1
+                if received == 5:
+                    busy = scrape(server)
+                    break  # leaving the iterator closes the connection (httpcore), ~895 tokens still to go
+    assert value(busy, "loraplex_engine_unfinished_requests") == 1
+    samples = wait_until_idle(server)
+    assert value(samples, "loraplex_engine_unfinished_requests") == 0
+    assert value(samples, "loraplex_engine_running_requests") == 0
+    closed = value(samples, "loraplex_requests_total", model=adapter_names[0], status="499")
+    assert closed == value(before, "loraplex_requests_total", model=adapter_names[0], status="499") + 1
+    generated = value(samples, "loraplex_completion_tokens_total", model=adapter_names[0]) - value(
+        before, "loraplex_completion_tokens_total", model=adapter_names[0])
+    assert 5 <= generated < 900
+    # Still serving.
+    ok = httpx.post(f"{server}/v1/completions", json={**body, "stream": False, "max_tokens": 4}, timeout=60)
+    assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 4
+
+
+def test_metrics_count_known_traffic(server, base_model_id):
+    wait_until_idle(server)
+    before = scrape(server)
+    prompt_tokens = completion_tokens = 0
+    for max_tokens in (3, 5, 7):
+        response = httpx.post(f"{server}/v1/completions", timeout=60, json={
+            "model": base_model_id, "prompt": "one two three", "max_tokens": max_tokens, "ignore_eos": True})
+        usage = response.json()["usage"]
+        prompt_tokens += usage["prompt_tokens"]
+        completion_tokens += usage["completion_tokens"]
+    httpx.post(f"{server}/v1/completions", json={"model": base_model_id, "prompt": "x", "max_tokens": -1})
+    after = scrape(server)
+
+    def delta(name, **labels):
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert delta("loraplex_requests_total", model=base_model_id, status="200") == 3
+    assert delta("loraplex_requests_total", model="unknown", status="400") == 1
+    assert delta("loraplex_prompt_tokens_total", model=base_model_id) == prompt_tokens
+    assert delta("loraplex_completion_tokens_total", model=base_model_id) == completion_tokens == 15
+    assert delta("loraplex_time_to_first_token_seconds_count", model=base_model_id) == 3
+    assert delta("loraplex_e2e_request_latency_seconds_count", model=base_model_id) == 3
+
+
+def test_health(server):
+    response = httpx.get(f"{server}/health")
+    assert response.status_code == 200
+    assert json.loads(response.text) == {"status": "ok"}

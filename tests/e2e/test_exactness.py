@@ -1,0 +1,97 @@
+"""Greedy float32 outputs equal transformers + peft token for token: alone and in one mixed batch."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+PROMPTS = [
+    "Hello world, the quick brown fox",
+    "What is the weather today in the city?",
+    "Please write a poem about a river and a mountain.",
+]
+MAX_TOKENS = 24
+
+
+def _completion_body(model: str, prompt_ids: list[int], stream: bool = False) -> dict:
+    return {"model": model, "prompt": prompt_ids, "max_tokens": MAX_TOKENS, "temperature": 0,
+            "ignore_eos": True, "return_token_ids": True, "stream": stream}
+
+
+def _models(base_model_id, adapter_names) -> list[tuple[str, str | None]]:
+    return [(base_model_id, None)] + [(name, name) for name in adapter_names]
+
+
+def test_adapters_change_outputs(hf_reference, tokenizer, adapter_names):
+    """Guards the tests below: if an adapter equalled the base model, leakage could not be seen."""
+    ids = tokenizer.encode(PROMPTS[0], add_special_tokens=False)
+    base = hf_reference.greedy(None, ids, MAX_TOKENS)
+    outputs = {name: hf_reference.greedy(name, ids, MAX_TOKENS) for name in adapter_names}
+    for name, out in outputs.items():
+        assert out != base, f"adapter {name} does not change the output"
+    assert len({tuple(o) for o in outputs.values()}) == len(adapter_names)
+
+
+def test_each_model_alone_matches_hf(server, hf_reference, tokenizer, base_model_id, adapter_names):
+    with httpx.Client(base_url=server, timeout=120) as client:
+        for model, adapter in _models(base_model_id, adapter_names):
+            for prompt in PROMPTS:
+                ids = tokenizer.encode(prompt, add_special_tokens=False)
+                body = client.post("/v1/completions", json=_completion_body(model, ids)).json()
+                choice = body["choices"][0]
+                assert body["model"] == model
+                assert choice["token_ids"] == hf_reference.greedy(adapter, ids, MAX_TOKENS), (model, prompt)
+                assert body["usage"] == {"prompt_tokens": len(ids), "completion_tokens": MAX_TOKENS,
+                                         "total_tokens": len(ids) + MAX_TOKENS}
+
+
+async def _stream_tokens(client: httpx.AsyncClient, body: dict) -> tuple[list[int], float, float]:
+    """Token ids of one streamed completion, the time its first token came and the time it finished."""
+    tokens, first, last = [], None, None
+    async with client.stream("POST", "/v1/completions", json=body) as response:
+        assert response.status_code == 200
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            import json
+
+            chunk = json.loads(line[len("data: "):])
+            for choice in chunk["choices"]:
+                tokens.extend(choice.get("token_ids") or [])
+                first = first or time.monotonic()
+            last = time.monotonic()
+    return tokens, first, last
+
+
+async def test_mixed_batch_matches_hf(server, hf_reference, tokenizer, base_model_id, adapter_names):
+    """Base and every adapter in flight together; base requests must get no adapter (vllm#48421)."""
+    jobs = []
+    for model, adapter in _models(base_model_id, adapter_names) * 2:
+        for prompt in PROMPTS:
+            jobs.append((model, adapter, tokenizer.encode(prompt, add_special_tokens=False)))
+    async with httpx.AsyncClient(base_url=server, timeout=180) as client:
+        results = await asyncio.gather(
+            *[_stream_tokens(client, _completion_body(model, ids, stream=True)) for model, _, ids in jobs]
+        )
+    # Every request had produced a token before any finished: they shared engine steps.
+    assert max(first for _, first, _ in results) < min(last for _, _, last in results)
+    for (model, adapter, ids), (tokens, _, _) in zip(jobs, results):
+        assert tokens == hf_reference.greedy(adapter, ids, MAX_TOKENS), model
+
+
+def test_chat_template_path_matches_hf(openai_client, hf_reference, tokenizer, adapter_names):
+    messages = [{"role": "system", "content": "You are a poet."}, {"role": "user", "content": "A river?"}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    for adapter in adapter_names:
+        response = openai_client.chat.completions.create(
+            model=adapter, messages=messages, max_tokens=MAX_TOKENS, temperature=0,
+            extra_body={"ignore_eos": True, "return_token_ids": True},
+        )
+        assert response.usage.prompt_tokens == len(ids)
+        assert response.choices[0].model_extra["token_ids"] == hf_reference.greedy(adapter, ids, MAX_TOKENS)
+        assert response.choices[0].message.content == tokenizer.decode(
+            response.choices[0].model_extra["token_ids"], skip_special_tokens=True)
