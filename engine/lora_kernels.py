@@ -78,12 +78,13 @@ class BatchPlan:
     """How one engine step's tokens meet their adapters; computed once, used by every LoRA module."""
 
     groups: tuple[TokenGroup, ...]
-    padded: PaddedGroups | None  # None when every group is one contiguous run (or there are none)
+    padded: PaddedGroups | None  # None when there are no groups
+    contiguous: bool = True  # every group is one run of tokens: per-group slices need no gather
 
 
 def plan_batch(indices: torch.Tensor) -> BatchPlan:
     groups = token_groups(indices)
-    if all(isinstance(g.rows, slice) for g in groups):
+    if not groups:
         return BatchPlan(groups, None)
     slot_list = [g.slot for g in groups]
     members = [torch.arange(g.rows.start, g.rows.stop) if isinstance(g.rows, slice) else g.rows for g in groups]
@@ -94,7 +95,7 @@ def plan_batch(indices: torch.Tensor) -> BatchPlan:
     slots = slice(slot_list[0], slot_list[-1] + 1) if consecutive else torch.tensor(slot_list)
     padded = PaddedGroups(slots=slots, num_groups=len(groups), max_len=max_len, pad_rows=pad_rows, valid=valid,
                           rows=torch.cat(members))
-    return BatchPlan(groups, padded)
+    return BatchPlan(groups, padded, contiguous=all(isinstance(g.rows, slice) for g in groups))
 
 
 def _slot_weights(stacked: torch.Tensor, slots: torch.Tensor | slice) -> torch.Tensor:
@@ -109,7 +110,7 @@ def grouped_shrink(out: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, pla
     out: [tokens, rank] (float32 buffer), x: [tokens, hidden], lora_a: [slots, 1, rank, hidden].
     """
     rank = lora_a.shape[2]
-    if plan.padded is None:
+    if plan.contiguous:
         for g in plan.groups:
             out[g.rows, :rank] = (x[g.rows].to(out.dtype) @ lora_a[g.slot, 0].to(out.dtype).T) * scale
         return
@@ -128,7 +129,7 @@ def grouped_expand(out: torch.Tensor, x: torch.Tensor, lora_b: torch.Tensor, pla
     padding, as for a vocabulary padded differently from the logits).
     """
     columns = out[:, offset: offset + size]
-    if plan.padded is None:
+    if plan.contiguous:
         for g in plan.groups:
             delta = x[g.rows].to(out.dtype) @ lora_b[g.slot, 0, :size].to(out.dtype).T
             if add_inputs:
@@ -149,6 +150,8 @@ def grouped_expand(out: torch.Tensor, x: torch.Tensor, lora_b: torch.Tensor, pla
 def make_grouped_wrapper(base: type) -> type:
     """A subclass of vLLM's PunicaWrapperCPU whose linear LoRA ops are grouped by adapter."""
 
+    from engine.lora_fused import FusedWeightCache, fused_expand, fused_shrink
+
     class GroupedPunicaWrapperCPU(base):
         _plan: BatchPlan = BatchPlan((), None)
         _num_tokens: int = 0
@@ -160,6 +163,9 @@ def make_grouped_wrapper(base: type) -> type:
             self._num_tokens = indices.numel()
             self._plan = plan_batch(indices)
             self._sampler_plan = plan_batch(self.sampler_indices)
+
+        def _fused_cache(self) -> FusedWeightCache:
+            return self.__dict__.setdefault("_fused_weights", FusedWeightCache())
 
         def _plan_for(self, x: torch.Tensor) -> BatchPlan:
             if x.shape[0] != self._num_tokens:
@@ -174,6 +180,9 @@ def make_grouped_wrapper(base: type) -> type:
             plan = self._plan_for(x)
             if not plan.groups:
                 return
+            if plan.padded is not None and isinstance(y, torch.Tensor) and y.dim() == 3:
+                fused_shrink(y, x, lora_a_stacked, plan.padded, scale, self._fused_cache())
+                return
             for i, lora_a in enumerate(lora_a_stacked):
                 grouped_shrink(y[i].view(-1, y[i].shape[-1]), x, lora_a, plan, scale)
 
@@ -181,6 +190,10 @@ def make_grouped_wrapper(base: type) -> type:
             flat = y.view(-1, y.shape[-1])
             plan = self._plan_for(flat)
             if not plan.groups:
+                return
+            if plan.padded is not None and isinstance(x, torch.Tensor) and x.dim() == 3:
+                fused_expand(flat, x, lora_b_stacked, output_slices, offset_start, plan.padded, add_inputs,
+                             self._fused_cache())
                 return
             offset = offset_start
             for i, lora_b in enumerate(lora_b_stacked):
@@ -193,22 +206,23 @@ def make_grouped_wrapper(base: type) -> type:
             if not self._plan.groups:
                 return
             if buffer is None:
-                # Rows of tokens without an adapter are never read, so the buffer need not be zeroed.
+                # Zeroed: the fused ops skip the rank columns no adapter uses (engine.lora_fused).
                 shape = (len(output_slices), x.view(-1, x.shape[-1]).shape[0], lora_b_stacked[0].shape[-1])
-                buffer = torch.empty(shape, dtype=torch.float32)
+                buffer = torch.zeros(shape, dtype=torch.float32)
             self.add_shrink(buffer, x, lora_a_stacked, scale)
             self.add_expand(y, buffer, lora_b_stacked, output_slices, add_inputs=True)
 
         def add_lora_logits(self, y, x, lora_a_stacked, lora_b_stacked, scale, *, buffer=None, **kwargs):
-            """Per sequence (sampler indices), not per token; a batch without adapters does nothing."""
+            """Per sequence (sampler indices), not per token; a batch without adapters, or adapters that do
+            not target lm_head, does nothing."""
             if not self._sampler_plan.groups:
                 return
             flat_y, flat_x = y.view(-1, y.shape[-1]), x.view(-1, x.shape[-1])
-            if buffer is None:
-                buffer = torch.zeros((flat_x.shape[0], lora_b_stacked.shape[-1]), dtype=torch.float32)
-            grouped_shrink(buffer, flat_x, lora_a_stacked, self._sampler_plan, scale)
+            buffer = torch.zeros((1, flat_x.shape[0], lora_b_stacked.shape[-1]), dtype=torch.float32)
+            padded, cache = self._sampler_plan.padded, self._fused_cache()
+            fused_shrink(buffer, flat_x, (lora_a_stacked,), padded, scale, cache)
             size = min(lora_b_stacked.shape[2], flat_y.shape[1])
-            grouped_expand(flat_y, buffer, lora_b_stacked, self._sampler_plan, 0, size, add_inputs=True)
+            fused_expand(flat_y, buffer, (lora_b_stacked,), (size,), 0, padded, True, cache)
 
     GroupedPunicaWrapperCPU.__qualname__ = "GroupedPunicaWrapperCPU"
     return GroupedPunicaWrapperCPU

@@ -46,7 +46,7 @@ def test_token_groups(indices, expected):
 ])
 def test_plan_batch(indices, padded, slots, max_len):
     plan = plan_batch(torch.tensor(indices))
-    assert (plan.padded is not None) == padded
+    assert plan.contiguous == (not padded)
     if padded:
         p = plan.padded
         assert p.max_len == max_len and p.num_groups == len(plan.groups)
