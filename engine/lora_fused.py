@@ -28,7 +28,10 @@ class FusedWeightCache:
     def get(self, stacked: tuple[torch.Tensor, ...], slots, kind: str, build) -> torch.Tensor:
         slot_key = (slots.start, slots.stop) if isinstance(slots, slice) else tuple(slots.tolist())
         key = (kind, stacked[0].data_ptr(), slot_key)
-        versions = tuple((t.data_ptr(), t._version) for t in stacked)
+        try:
+            versions = tuple((t.data_ptr(), t._version) for t in stacked)
+        except RuntimeError:  # inference-mode tensors keep no version counter: never cache them
+            return build()
         hit = self._entries.get(key)
         if hit is not None and hit[0] == versions:
             return hit[1]

@@ -6,8 +6,10 @@ adapter slot once per engine step (Punica / S-LoRA's segmented gather matmul): o
 adapter and module, tokens without an adapter are skipped (so vllm#48421's leak cannot happen), and a
 batch without adapters does no LoRA work at all.
 
-`add_shrink` / `add_expand` (and so `add_lora_linear`) and `add_lora_logits` change; embedding and
-full-linear LoRA keep vLLM's ops, which `engine.lora_isolation` guards.
+`add_shrink` / `add_expand` (and so `add_lora_linear`) and `add_lora_logits` change; when the
+intermediate buffer is one tensor (every vLLM caller on this path) they run `engine.lora_fused`'s one
+batched matmul per module. Embedding and full-linear LoRA keep vLLM's ops, which `engine.lora_isolation`
+guards.
 """
 
 from __future__ import annotations

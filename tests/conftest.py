@@ -41,6 +41,21 @@ def demo_assets(demo_home):
     return ensure_demo_assets(demo_home)
 
 
+EXTRA_ADAPTER = "extra-mlp"
+
+
+@pytest.fixture(scope="session")
+def adapter_dirs(demo_assets, demo_home) -> dict[str, Path]:
+    """The demo adapters plus one served through `--adapter`: four adapters for three engine slots, so
+    slots get rewritten while the session runs."""
+    from adapters.demo import MLP, DemoAdapterSpec, build_adapter
+
+    extra = build_adapter(demo_assets.model_dir, DemoAdapterSpec(EXTRA_ADAPTER, rank=16, alpha=16,
+                                                                 target_modules=MLP, seed=99),
+                          demo_home / "extra-adapters" / EXTRA_ADAPTER)
+    return {**demo_assets.adapter_dirs, EXTRA_ADAPTER: extra}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -71,7 +86,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.fixture(scope="session")
-def server(demo_home) -> str:
+def server(demo_home, adapter_dirs) -> str:
     """Base URL of a real `loraplex serve` on the embedded default. Teardown checks no process is left."""
     ARTIFACTS.mkdir(exist_ok=True)
     port = _free_port()
@@ -80,7 +95,7 @@ def server(demo_home) -> str:
     proc = subprocess.Popen(
         [sys.executable, "-m", "api.cli", "serve", "--port", str(port), "--max-num-seqs", "32",
          # As many slots as demo adapters: the last slot is occupied, which is what vllm#48421 leaks.
-         "--max-loras", "3", "--max-cpu-loras", "4"],
+         "--max-loras", "3", "--max-cpu-loras", "4", "--adapter", f"{EXTRA_ADAPTER}={adapter_dirs[EXTRA_ADAPTER]}"],
         cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
@@ -142,8 +157,9 @@ def async_openai_client(server):
 class HFReference:
     """Greedy decoding with transformers + peft in float32, without KV cache, as the ground truth."""
 
-    def __init__(self, assets):
-        self.assets = assets
+    def __init__(self, model_dir: Path, adapter_dirs: dict[str, Path]):
+        self.model_dir = model_dir
+        self.adapter_dirs = adapter_dirs
         self._models: dict[str | None, object] = {}
         self._cache: dict[tuple, list[int]] = {}
 
@@ -153,8 +169,8 @@ class HFReference:
         from transformers import AutoModelForCausalLM
 
         if adapter not in self._models:
-            base = AutoModelForCausalLM.from_pretrained(self.assets.model_dir, dtype=torch.float32)
-            model = base if adapter is None else PeftModel.from_pretrained(base, self.assets.adapter_dirs[adapter])
+            base = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
+            model = base if adapter is None else PeftModel.from_pretrained(base, self.adapter_dirs[adapter])
             self._models[adapter] = model.eval()
         return self._models[adapter]
 
@@ -176,8 +192,8 @@ class HFReference:
 
 
 @pytest.fixture(scope="session")
-def hf_reference(demo_assets) -> HFReference:
-    return HFReference(demo_assets)
+def hf_reference(demo_assets, adapter_dirs) -> HFReference:
+    return HFReference(demo_assets.model_dir, adapter_dirs)
 
 
 @pytest.fixture(scope="session")

@@ -83,6 +83,17 @@ async def test_mixed_batch_matches_hf(server, hf_reference, tokenizer, base_mode
         assert tokens == hf_reference.greedy(adapter, ids, MAX_TOKENS), model
 
 
+def test_slot_reuse_stays_exact(server, hf_reference, tokenizer, adapter_dirs):
+    """Four adapters take turns in three engine slots: each load rewrites a slot in place, and the grouped
+    ops' cached fused weights must follow (engine/lora_fused.py)."""
+    ids = tokenizer.encode(PROMPTS[1], add_special_tokens=False)
+    order = list(adapter_dirs) * 2 + list(reversed(adapter_dirs))
+    with httpx.Client(base_url=server, timeout=120) as client:
+        for name in order:
+            body = client.post("/v1/completions", json=_completion_body(name, ids)).json()
+            assert body["choices"][0]["token_ids"] == hf_reference.greedy(name, ids, MAX_TOKENS), name
+
+
 def test_chat_template_path_matches_hf(openai_client, hf_reference, tokenizer, adapter_names):
     messages = [{"role": "system", "content": "You are a poet."}, {"role": "user", "content": "A river?"}]
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

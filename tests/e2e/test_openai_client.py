@@ -7,9 +7,10 @@ import openai
 import pytest
 
 
-def test_model_list(openai_client, base_model_id, adapter_names):
+def test_model_list(openai_client, base_model_id, adapter_names, adapter_dirs):
     models = {m.id: m for m in openai_client.models.list().data}
-    assert set(models) == {base_model_id, *adapter_names}
+    assert set(models) == {base_model_id, *adapter_dirs}
+    assert set(adapter_names) < set(adapter_dirs)
     assert models[base_model_id].model_extra["parent"] is None
     for name in adapter_names:
         assert models[name].model_extra["parent"] == base_model_id
