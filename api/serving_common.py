@@ -86,6 +86,11 @@ async def run_calls(
     Raises OpenAIError on engine failure; a cancelled consumer aborts every call still running.
     """
     account.prompt_tokens = sum(len(c.prompt_token_ids) for c in calls)
+    if len(calls) == 1:
+        # The common case streams straight through: no pump task, no queue hop per engine step.
+        async for delta in _run_one(engine, served, calls[0], account):
+            yield delta
+        return
     queue: asyncio.Queue = asyncio.Queue()
 
     async def pump(call: EngineCall) -> None:
@@ -119,6 +124,27 @@ async def run_calls(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         for call, _ in unfinished:
+            await engine.abort(call.request_id)
+
+
+async def _run_one(engine: EngineClient, served: ServedModel, call: EngineCall,
+                   account: RequestAccount) -> AsyncIterator[ChoiceDelta]:
+    steps = engine.generate(call.request_id, call.prompt_token_ids, call.params, served.adapter)
+    finished = False
+    try:
+        async for step in steps:
+            for delta in step:
+                account.on_tokens(len(delta.token_ids))
+                yield delta
+        finished = True
+    except OpenAIError:
+        raise
+    except Exception as e:
+        logger.error("engine failure: %r", e, exc_info=e)
+        raise engine_failure(e) from e
+    finally:
+        if not finished:
+            await steps.aclose()
             await engine.abort(call.request_id)
 
 
