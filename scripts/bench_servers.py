@@ -23,7 +23,8 @@ from pathlib import Path
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
-# Engine arguments both servers get; loraplex takes the KV-cache size in GiB, vLLM in bytes.
+# Engine arguments both servers get; loraplex takes the KV-cache size in GiB, vLLM in bytes. Both keep
+# engine stats on (loraplex needs them for /metrics), so both engine cores do the same per-step accounting.
 ENGINE = dict(dtype="float32", max_model_len=1024, max_num_seqs=64, max_lora_rank=64, seed=0)
 KV_CACHE_GIB = 1
 START_TIMEOUT_S = 300
@@ -52,7 +53,7 @@ def vllm_command(port: int, model_dir: Path, model_id: str, adapters: dict[str, 
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--port", str(port), "--host", "127.0.0.1",
            "--model", str(model_dir), "--served-model-name", model_id, "--enable-lora",
            "--max-loras", str(max_loras), "--max-cpu-loras", str(max_cpu_loras),
-           "--kv-cache-memory-bytes", str(KV_CACHE_GIB * 2**30), "--disable-log-stats"]
+           "--kv-cache-memory-bytes", str(KV_CACHE_GIB * 2**30)]
     cmd += [f"--{k.replace('_', '-')}={v}" for k, v in ENGINE.items()]
     if adapters:
         cmd += ["--lora-modules", *[f"{name}={path}" for name, path in adapters.items()]]
