@@ -95,12 +95,10 @@ async def run_calls(
 
     async def pump(call: EngineCall) -> None:
         try:
-            async for step in engine.generate(call.request_id, call.prompt_token_ids, call.params,
-                                              served.adapter):
-                for delta in step:
-                    await queue.put(delta_with_offset(delta, call.choice_offset))
+            async for delta in _run_one(engine, served, call, account):
+                await queue.put(delta_with_offset(delta, call.choice_offset))
             await queue.put(None)
-        except Exception as e:  # handed to the consumer, which raises it in the request's context
+        except OpenAIError as e:  # handed to the consumer, which raises it in the request's context
             await queue.put(e)
 
     tasks = [asyncio.create_task(pump(c)) for c in calls]
@@ -110,25 +108,20 @@ async def run_calls(
             item = await queue.get()
             if item is None:
                 pending -= 1
-                continue
-            if isinstance(item, Exception):
-                if isinstance(item, OpenAIError):
-                    raise item
-                logger.error("engine failure: %r", item, exc_info=item)
-                raise engine_failure(item) from item
-            account.on_tokens(len(item.token_ids))
-            yield item
+            elif isinstance(item, OpenAIError):
+                raise item
+            else:
+                yield item
     finally:
-        unfinished = [(call, task) for call, task in zip(calls, tasks) if not task.done()]
-        for _, task in unfinished:
+        # Cancelling a pump closes its _run_one, which aborts that call in the engine.
+        for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for call, _ in unfinished:
-            await engine.abort(call.request_id)
 
 
 async def _run_one(engine: EngineClient, served: ServedModel, call: EngineCall,
                    account: RequestAccount) -> AsyncIterator[ChoiceDelta]:
+    """One engine request's deltas; counts tokens, maps failures to OpenAIError, aborts if left early."""
     steps = engine.generate(call.request_id, call.prompt_token_ids, call.params, served.adapter)
     finished = False
     try:

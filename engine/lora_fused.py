@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.lora_kernels import PaddedGroups
+from engine.lora_kernels import PaddedGroups, slot_weights
 
 
 class FusedWeightCache:
@@ -42,11 +42,6 @@ class FusedWeightCache:
         return weights
 
 
-def _select(stacked: torch.Tensor, slots) -> torch.Tensor:
-    chosen = stacked[slots] if isinstance(slots, slice) else stacked.index_select(0, slots)
-    return chosen[:, 0]
-
-
 def _used_rank(magnitudes: list[torch.Tensor]) -> int:
     """1 + the last rank index with a nonzero weight in any slice and slot ([G, rank] magnitudes each);
     0 when the module is not adapted at all (e.g. lm_head of adapters that do not target it)."""
@@ -56,7 +51,7 @@ def _used_rank(magnitudes: list[torch.Tensor]) -> int:
 
 def concat_a(lora_a_stacked: tuple[torch.Tensor, ...], slots, dtype) -> torch.Tensor:
     """[groups, slices * used_rank, hidden]"""
-    parts = [_select(a, slots).to(dtype) for a in lora_a_stacked]
+    parts = [slot_weights(a, slots).to(dtype) for a in lora_a_stacked]
     rank = _used_rank([p.abs().amax(dim=-1) for p in parts])
     return torch.cat([p[:, :rank] for p in parts], dim=1).contiguous()
 
@@ -64,7 +59,7 @@ def concat_a(lora_a_stacked: tuple[torch.Tensor, ...], slots, dtype) -> torch.Te
 def block_diagonal_b(lora_b_stacked: tuple[torch.Tensor, ...], slots, output_slices, dtype) -> torch.Tensor:
     """[groups, sum(output_slices), slices * used_rank]: slice i's B sits at rows of its output columns and
     columns of its rank block, zeros elsewhere."""
-    parts = [_select(b, slots)[:, :size].to(dtype) for b, size in zip(lora_b_stacked, output_slices)]
+    parts = [slot_weights(b, slots)[:, :size].to(dtype) for b, size in zip(lora_b_stacked, output_slices)]
     rank = _used_rank([p.abs().amax(dim=-2) for p in parts])
     out = torch.zeros(parts[0].shape[0], sum(output_slices), rank * len(parts), dtype=dtype)
     row = 0

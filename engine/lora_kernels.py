@@ -100,7 +100,7 @@ def plan_batch(indices: torch.Tensor) -> BatchPlan:
     return BatchPlan(groups, padded, contiguous=all(isinstance(g.rows, slice) for g in groups))
 
 
-def _slot_weights(stacked: torch.Tensor, slots: torch.Tensor | slice) -> torch.Tensor:
+def slot_weights(stacked: torch.Tensor, slots: torch.Tensor | slice) -> torch.Tensor:
     """[groups, out, in] weights of the given slots from [slots, 1, out, in]."""
     chosen = stacked[slots] if isinstance(slots, slice) else stacked.index_select(0, slots)
     return chosen[:, 0]
@@ -118,7 +118,7 @@ def grouped_shrink(out: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, pla
         return
     p = plan.padded
     blocks = x.index_select(0, p.pad_rows).to(out.dtype).view(p.num_groups, p.max_len, -1)
-    h = torch.bmm(blocks, _slot_weights(lora_a, p.slots).to(out.dtype).transpose(1, 2))  # [G, L, rank]
+    h = torch.bmm(blocks, slot_weights(lora_a, p.slots).to(out.dtype).transpose(1, 2))  # [G, L, rank]
     h.mul_(scale)
     out[:, :rank].index_copy_(0, p.rows, h.view(-1, rank).index_select(0, p.valid))
 
@@ -141,7 +141,7 @@ def grouped_expand(out: torch.Tensor, x: torch.Tensor, lora_b: torch.Tensor, pla
         return
     p = plan.padded
     blocks = x.index_select(0, p.pad_rows).to(out.dtype).view(p.num_groups, p.max_len, -1)
-    weights = _slot_weights(lora_b, p.slots)[:, :size].to(out.dtype)
+    weights = slot_weights(lora_b, p.slots)[:, :size].to(out.dtype)
     delta = torch.bmm(blocks, weights.transpose(1, 2)).view(-1, size).index_select(0, p.valid)  # [n, size]
     if add_inputs:
         columns.index_add_(0, p.rows, delta)

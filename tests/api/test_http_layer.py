@@ -99,3 +99,12 @@ async def test_invalid_request_id_is_replaced(fake_client):
     response = await fake_client.get("/v1/models", headers={"X-Request-Id": "bad id with spaces"})
     assert response.headers["x-request-id"] != "bad id with spaces"
     assert len(response.headers["x-request-id"]) == 32
+
+
+async def test_failure_in_one_of_several_prompts_fails_the_request_and_aborts_the_rest(fake_client, fake_engine):
+    fake_engine.fail_after = 1
+    response = await fake_client.post("/v1/completions", json={"model": "fake-base", "prompt": [[1, 2], [3]]})
+    assert response.status_code == 500
+    assert response.json()["error"]["code"] == "engine_error"
+    ids = {request_id for request_id, *_ in fake_engine.requests}
+    assert set(fake_engine.aborted) == ids, "every engine call of a failed request is aborted"
