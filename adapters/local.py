@@ -52,18 +52,21 @@ def content_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _config_problems(config: dict, max_lora_rank: int) -> list[str]:
+def config_problems(config: dict, max_lora_rank: int) -> list[str]:
+    """Problems with a parsed adapter_config.json: PEFT type, rank, target modules."""
     problems = []
     if str(config.get("peft_type", "")).upper() != "LORA":
         problems.append(f"peft_type must be LORA, got {config.get('peft_type')!r}")
     rank = config.get("r")
-    if not isinstance(rank, int) or rank < 1:
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
         problems.append(f"rank r must be a positive integer, got {rank!r}")
     elif rank > max_lora_rank:
         problems.append(f"rank {rank} exceeds max_lora_rank {max_lora_rank}")
     targets = config.get("target_modules") or []
     if isinstance(targets, str):
         problems.append(f"target_modules must be a list of module names, got the pattern {targets!r}")
+    elif not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        problems.append(f"target_modules must be a list of module names, got {targets!r}")
     else:
         unsupported = sorted(set(targets) - SUPPORTED_TARGETS)
         if unsupported:
@@ -76,7 +79,7 @@ def _config_problems(config: dict, max_lora_rank: int) -> list[str]:
 def load_local_adapter(name: str, path: Path, max_lora_rank: int) -> LocalAdapter:
     """Validate the folder and return the adapter; raises AdapterValidationError listing every problem."""
     problems = []
-    if not NAME_PATTERN.match(name):
+    if not NAME_PATTERN.fullmatch(name):
         problems.append(f"name must match {NAME_PATTERN.pattern}")
     if not path.is_dir():
         raise AdapterValidationError(name, problems + [f"{path} is not a directory"])
@@ -91,8 +94,10 @@ def load_local_adapter(name: str, path: Path, max_lora_rank: int) -> LocalAdapte
         problems.append(f"missing {CONFIG_FILE}")
     except (OSError, json.JSONDecodeError) as e:
         problems.append(f"unreadable {CONFIG_FILE}: {e}")
-    if config:
-        problems.extend(_config_problems(config, max_lora_rank))
+    if not isinstance(config, dict):
+        problems.append(f"{CONFIG_FILE} must be a JSON object")
+    elif config:
+        problems.extend(config_problems(config, max_lora_rank))
     if problems:
         raise AdapterValidationError(name, problems)
     return LocalAdapter(

@@ -1,0 +1,324 @@
+"""The registry index: adapter versions and aliases in SQLite (WAL), shared by the CLI and running servers.
+
+Every call is its own transaction, so a server sees what another process published on its next read.
+Writers take the write lock up front (BEGIN IMMEDIATE), which makes version allocation and alias moves
+atomic across processes.
+
+Versions are numbered 1, 2, 3... per name and never reused, even after a delete. A push first reserves a
+number (a `pending` row readers ignore), uploads the files, then commits the manifest; an abandoned
+reservation just leaves a gap.
+
+Aliases name a version (`NAME:ALIAS`). `stable`, which a bare `NAME` resolves to, follows a rule:
+it tracks the newest version (each commit moves it) until someone promotes `stable` explicitly; from then
+on only promote and rollback move it. Every move of an alias, implicit or explicit, is recorded, and
+rollback moves it back to the target it had before the current one (and makes it explicit). A version
+that any alias points at cannot be deleted.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from adapters.local import NAME_PATTERN
+from adapters.manifest import Manifest, utc_now
+
+SCHEMA_VERSION = 1
+STABLE = "stable"
+ALIAS_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+BUSY_TIMEOUT_S = 30.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS adapters (
+    name TEXT PRIMARY KEY,
+    description TEXT NOT NULL DEFAULT '',
+    created_at TEXT NOT NULL,
+    next_version INTEGER NOT NULL DEFAULT 1
+);
+CREATE TABLE IF NOT EXISTS versions (
+    name TEXT NOT NULL REFERENCES adapters(name),
+    version INTEGER NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'ready')),
+    content_hash TEXT,
+    manifest_json TEXT,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (name, version)
+);
+CREATE TABLE IF NOT EXISTS aliases (
+    name TEXT NOT NULL REFERENCES adapters(name),
+    alias TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    explicit INTEGER NOT NULL,
+    PRIMARY KEY (name, alias)
+);
+CREATE TABLE IF NOT EXISTS alias_history (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    alias TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    at TEXT NOT NULL
+);
+"""
+
+
+class VersionNotFound(LookupError):
+    """No such adapter, version or alias."""
+
+
+class RegistryError(ValueError):
+    """A registry operation refused because of the registry's state (not because of malformed input)."""
+
+
+class AliasInUse(RegistryError):
+    """A version an alias points at cannot be deleted."""
+
+
+class NothingToRollBack(RegistryError):
+    """The alias has no earlier target."""
+
+
+class IndexSchemaError(RuntimeError):
+    """The index file was written by a newer loraplex."""
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A version number for a push; `existing` is the newest version when it already has the same content."""
+
+    version: int
+    existing: Manifest | None = None
+
+
+def check_name(name: str) -> str:
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise ValueError(f"adapter name {name!r} must match {NAME_PATTERN.pattern}")
+    return name
+
+
+def check_alias(alias: str) -> str:
+    if not isinstance(alias, str) or not ALIAS_PATTERN.fullmatch(alias):
+        raise ValueError(f"alias {alias!r} must match {ALIAS_PATTERN.pattern}")
+    return alias
+
+
+def check_version(version: int) -> int:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(f"version must be a positive integer, got {version!r}")
+    return version
+
+
+class RegistryIndex:
+    """Thread-safe (one connection behind a lock) and multi-process-safe (SQLite locking, WAL)."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.RLock()
+        # Autocommit mode: transactions are opened explicitly by _read and _write.
+        self._conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        with self._write() as db:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            row = db.execute("SELECT version FROM schema_version").fetchone()
+            if row is None:
+                db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+            elif row[0] > SCHEMA_VERSION:
+                raise IndexSchemaError(f"registry index has schema {row[0]}; this loraplex reads up to "
+                                       f"{SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> RegistryIndex:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextmanager
+    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._conn.execute(begin)
+            try:
+                yield self._conn
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+
+    def _read(self) -> AbstractContextManager[sqlite3.Connection]:
+        # A deferred transaction: one consistent snapshot, the newest commit of any process.
+        return self._transaction("BEGIN")
+
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._transaction("BEGIN IMMEDIATE")
+
+    # Versions
+
+    def reserve_version(self, name: str, content_hash: str, description: str = "") -> Reservation:
+        """The next version number of `name`, or the newest version if its content is `content_hash`."""
+        check_name(name)
+        with self._write() as db:
+            db.execute("INSERT OR IGNORE INTO adapters (name, description, created_at) VALUES (?, '', ?)",
+                       (name, utc_now()))
+            if description:
+                db.execute("UPDATE adapters SET description = ? WHERE name = ?", (description, name))
+            newest = db.execute("SELECT manifest_json FROM versions WHERE name = ? AND state = 'ready' "
+                                "ORDER BY version DESC LIMIT 1", (name,)).fetchone()
+            if newest is not None:
+                manifest = Manifest.model_validate_json(newest[0])
+                if manifest.content_hash == content_hash:
+                    return Reservation(version=manifest.version, existing=manifest)
+            (version,) = db.execute("SELECT next_version FROM adapters WHERE name = ?", (name,)).fetchone()
+            db.execute("UPDATE adapters SET next_version = ? WHERE name = ?", (version + 1, name))
+            db.execute("INSERT INTO versions (name, version, state, created_at) VALUES (?, ?, 'pending', ?)",
+                       (name, version, utc_now()))
+        return Reservation(version=version)
+
+    def commit_version(self, manifest: Manifest) -> None:
+        """Publish a reserved version; moves `stable` to the newest version unless it was promoted explicitly."""
+        with self._write() as db:
+            updated = db.execute(
+                "UPDATE versions SET state = 'ready', content_hash = ?, manifest_json = ?, created_at = ? "
+                "WHERE name = ? AND version = ? AND state = 'pending'",
+                (manifest.content_hash, manifest.model_dump_json(), manifest.created_at, manifest.name,
+                 manifest.version)).rowcount
+            if updated != 1:
+                raise VersionNotFound(f"no reservation for {manifest.name}@{manifest.version}")
+            stable = db.execute("SELECT version, explicit FROM aliases WHERE name = ? AND alias = ?",
+                                (manifest.name, STABLE)).fetchone()
+            if stable is None or not stable[1]:
+                (newest,) = db.execute("SELECT MAX(version) FROM versions WHERE name = ? AND state = 'ready'",
+                                       (manifest.name,)).fetchone()
+                if stable is None or stable[0] != newest:
+                    self._move_alias(db, manifest.name, STABLE, newest, explicit=False)
+
+    def release_version(self, name: str, version: int) -> None:
+        """Drop a reservation whose upload failed; its number is not reused."""
+        with self._write() as db:
+            db.execute("DELETE FROM versions WHERE name = ? AND version = ? AND state = 'pending'", (name, version))
+
+    def add_version(self, manifest: Manifest) -> Manifest:
+        """Reserve and commit in one go (for content already stored); returns the manifest as recorded."""
+        reservation = self.reserve_version(manifest.name, manifest.content_hash, manifest.description)
+        if reservation.existing is not None:
+            return reservation.existing
+        recorded = manifest.model_copy(update={"version": reservation.version})
+        self.commit_version(recorded)
+        return recorded
+
+    def get(self, name: str, version: int) -> Manifest:
+        with self._read() as db:
+            row = db.execute("SELECT manifest_json FROM versions WHERE name = ? AND version = ? AND state = 'ready'",
+                             (name, version)).fetchone()
+        if row is None:
+            raise VersionNotFound(f"{name}@{version} does not exist")
+        return Manifest.model_validate_json(row[0])
+
+    def versions(self, name: str) -> list[Manifest]:
+        """Ready versions of `name`, oldest first."""
+        with self._read() as db:
+            rows = db.execute("SELECT manifest_json FROM versions WHERE name = ? AND state = 'ready' "
+                              "ORDER BY version", (name,)).fetchall()
+        return [Manifest.model_validate_json(row[0]) for row in rows]
+
+    def latest(self, name: str) -> Manifest | None:
+        versions = self.versions(name)
+        return versions[-1] if versions else None
+
+    def names(self) -> list[str]:
+        """Names with at least one ready version, sorted."""
+        with self._read() as db:
+            rows = db.execute("SELECT DISTINCT name FROM versions WHERE state = 'ready' ORDER BY name").fetchall()
+        return [row[0] for row in rows]
+
+    def description(self, name: str) -> str:
+        with self._read() as db:
+            row = db.execute("SELECT description FROM adapters WHERE name = ?", (name,)).fetchone()
+        return row[0] if row else ""
+
+    def delete_version(self, name: str, version: int) -> None:
+        """Remove a version from the index; refused while an alias points at it."""
+        with self._write() as db:
+            exists = db.execute("SELECT 1 FROM versions WHERE name = ? AND version = ? AND state = 'ready'",
+                                (name, version)).fetchone()
+            if exists is None:
+                raise VersionNotFound(f"{name}@{version} does not exist")
+            held_by = [row[0] for row in db.execute(
+                "SELECT alias FROM aliases WHERE name = ? AND version = ? ORDER BY alias", (name, version))]
+            if held_by:
+                raise AliasInUse(f"{name}@{version} is the target of alias {', '.join(held_by)}; promote another "
+                                 f"version to it or roll it back first")
+            db.execute("DELETE FROM versions WHERE name = ? AND version = ?", (name, version))
+            db.execute("DELETE FROM alias_history WHERE name = ? AND version = ?", (name, version))
+
+    # Aliases
+
+    def set_alias(self, name: str, alias: str, version: int) -> None:
+        """Point `alias` at a ready version; for `stable` this ends tracking of the newest version."""
+        check_name(name)
+        check_alias(alias)
+        check_version(version)
+        with self._write() as db:
+            exists = db.execute("SELECT 1 FROM versions WHERE name = ? AND version = ? AND state = 'ready'",
+                                (name, version)).fetchone()
+            if exists is None:
+                raise VersionNotFound(f"{name}@{version} does not exist")
+            current = db.execute("SELECT version FROM aliases WHERE name = ? AND alias = ?",
+                                 (name, alias)).fetchone()
+            if current is not None and current[0] == version:
+                db.execute("UPDATE aliases SET explicit = 1 WHERE name = ? AND alias = ?", (name, alias))
+            else:
+                self._move_alias(db, name, alias, version, explicit=True)
+
+    def alias_target(self, name: str, alias: str) -> int | None:
+        with self._read() as db:
+            row = db.execute("SELECT version FROM aliases WHERE name = ? AND alias = ?", (name, alias)).fetchone()
+        return row[0] if row else None
+
+    def aliases(self, name: str) -> dict[str, int]:
+        with self._read() as db:
+            rows = db.execute("SELECT alias, version FROM aliases WHERE name = ? ORDER BY alias", (name,)).fetchall()
+        return dict(rows)
+
+    def is_explicit(self, name: str, alias: str) -> bool:
+        with self._read() as db:
+            row = db.execute("SELECT explicit FROM aliases WHERE name = ? AND alias = ?", (name, alias)).fetchone()
+        return bool(row and row[0])
+
+    def rollback(self, name: str, alias: str = STABLE) -> int:
+        """Move `alias` back to its previous target and return it; the alias becomes explicit."""
+        with self._write() as db:
+            current = db.execute("SELECT version FROM aliases WHERE name = ? AND alias = ?",
+                                 (name, alias)).fetchone()
+            if current is None:
+                raise VersionNotFound(f"{name} has no alias {alias!r}")
+            # Newest first; the first entry that differs from the current target is where to go back to.
+            history = db.execute("SELECT id, version FROM alias_history WHERE name = ? AND alias = ? "
+                                 "ORDER BY id DESC", (name, alias)).fetchall()
+            previous = next(((row_id, version) for row_id, version in history if version != current[0]), None)
+            if previous is None:
+                raise NothingToRollBack(f"alias {alias!r} of {name} has no earlier target to roll back to")
+            row_id, version = previous
+            db.execute("DELETE FROM alias_history WHERE name = ? AND alias = ? AND id > ?", (name, alias, row_id))
+            db.execute("UPDATE aliases SET version = ?, explicit = 1 WHERE name = ? AND alias = ?",
+                       (version, name, alias))
+        return version
+
+    @staticmethod
+    def _move_alias(db: sqlite3.Connection, name: str, alias: str, version: int, explicit: bool) -> None:
+        db.execute("INSERT INTO aliases (name, alias, version, explicit) VALUES (?, ?, ?, ?) "
+                   "ON CONFLICT (name, alias) DO UPDATE SET version = excluded.version, explicit = excluded.explicit",
+                   (name, alias, version, int(explicit)))
+        db.execute("INSERT INTO alias_history (name, alias, version, at) VALUES (?, ?, ?, ?)",
+                   (name, alias, version, utc_now()))

@@ -1,0 +1,282 @@
+"""The adapter registry: validated, versioned, content-addressed adapters in a blob store plus an index.
+
+A push validates the folder against the base model (every problem at once), reserves the next version,
+uploads the files under `{name}/{version}/{file}` and only then records the version, so a reader never sees
+a version whose files are missing. Pushing content identical to the newest version of a name returns that
+version instead of creating a duplicate (a description given with it still updates the name's description);
+two identical pushes racing each other may both create versions.
+
+References are `NAME` (the `stable` alias), `NAME@V` (a pinned version) and `NAME:ALIAS`; see
+adapters/index.py for how `stable` moves.
+
+Errors: AdapterValidationError (push; every problem), ValueError (malformed name, alias, version or
+reference), AdapterNotFound (LookupError; names the reference, never a path), RegistryError (a ValueError:
+AliasInUse on delete, NothingToRollBack on rollback).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from adapters.base_model import BaseModelSpec
+from adapters.index import (  # noqa: F401  (AliasInUse, NothingToRollBack, RegistryError: re-exported)
+    ALIAS_PATTERN,
+    STABLE,
+    AliasInUse,
+    NothingToRollBack,
+    RegistryError,
+    RegistryIndex,
+    VersionNotFound,
+    check_alias,
+    check_name,
+    check_version,
+)
+from adapters.local import NAME_PATTERN, content_hash
+from adapters.manifest import Manifest, blob_key, build_manifest
+from adapters.store import BlobStore, open_store
+from adapters.validation import ValidationLimits, validate_adapter_dir
+
+logger = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+VERSION_PATTERN = re.compile(r"^[1-9][0-9]{0,8}$")
+
+
+def _data_home() -> Path:
+    from engine.demo_assets import data_home
+
+    return data_home()
+
+
+class RegistryConfig(BaseModel):
+    """Where the registry keeps adapters and how much the local cache may hold."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    store_uri: str | None = Field(
+        default=None,
+        description="Adapter file store: s3://bucket/prefix, file:///path or a folder "
+        "(default: <data home>/registry/blobs).",
+    )
+    index_path: str | None = Field(
+        default=None,
+        description="SQLite index of versions and aliases (default: <data home>/registry/index.sqlite).",
+    )
+    max_adapter_bytes: int = Field(
+        default=512 * MIB, ge=1, description="Largest adapter folder a push accepts, in bytes."
+    )
+    disk_cache_dir: str | None = Field(
+        default=None,
+        description="Local folder of adapters fetched from the store (default: <data home>/cache/adapters).",
+    )
+    disk_cache_bytes: int = Field(
+        default=2048 * MIB, ge=0,
+        description="Bytes the local adapter cache may hold before evicting the least recently used.",
+    )
+
+    def resolved_store_uri(self) -> str:
+        return self.store_uri or str(_data_home() / "registry" / "blobs")
+
+    def resolved_index_path(self) -> Path:
+        return Path(self.index_path).expanduser() if self.index_path else _data_home() / "registry" / "index.sqlite"
+
+    def resolved_disk_cache_dir(self) -> Path:
+        return Path(self.disk_cache_dir).expanduser() if self.disk_cache_dir else _data_home() / "cache" / "adapters"
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    name: str
+    version: int | None = None
+    alias: str | None = None
+
+    def __str__(self) -> str:
+        if self.version is not None:
+            return f"{self.name}@{self.version}"
+        return f"{self.name}:{self.alias}" if self.alias is not None else self.name
+
+
+def parse_model_ref(ref: str) -> ModelRef:
+    """`NAME`, `NAME@VERSION` or `NAME:ALIAS`; anything else raises ValueError."""
+    if not isinstance(ref, str) or not ref:
+        raise ValueError("adapter reference must be a non-empty string")
+    name, at, version = ref.partition("@")
+    if at:
+        if not NAME_PATTERN.fullmatch(name) or not VERSION_PATTERN.fullmatch(version):
+            raise ValueError(f"adapter reference {ref!r} must be NAME@VERSION with a version >= 1")
+        return ModelRef(name=name, version=int(version))
+    name, colon, alias = ref.partition(":")
+    if colon:
+        if not NAME_PATTERN.fullmatch(name) or not ALIAS_PATTERN.fullmatch(alias):
+            raise ValueError(f"adapter reference {ref!r} must be NAME:ALIAS, the alias matching "
+                             f"{ALIAS_PATTERN.pattern}")
+        return ModelRef(name=name, alias=alias)
+    if not NAME_PATTERN.fullmatch(name):
+        raise ValueError(f"adapter name {ref!r} must match {NAME_PATTERN.pattern}")
+    return ModelRef(name=name)
+
+
+class AdapterNotFound(LookupError):
+    """No adapter version answers to the reference; the message names the reference, never a path."""
+
+    def __init__(self, ref: str, reason: str = ""):
+        self.ref = ref
+        super().__init__(reason or f"adapter {ref!r} not found")
+
+
+class AdapterIncompatible(AdapterNotFound):
+    """The version exists but was published for another base model; for this server it does not exist."""
+
+
+class AdapterSummary(BaseModel):
+    """One adapter name with all its versions and aliases."""
+
+    name: str = Field(description="Adapter name.")
+    description: str = Field(description="Description given at push.")
+    versions: list[Manifest] = Field(description="Published versions, oldest first.")
+    aliases: dict[str, int] = Field(description="Alias -> version.")
+
+
+class AdapterDetail(BaseModel):
+    """What a reference resolves to, with the context of its name."""
+
+    ref: str = Field(description="The reference as given.")
+    manifest: Manifest = Field(description="The version the reference resolves to.")
+    description: str = Field(description="Description of the adapter name.")
+    versions: list[int] = Field(description="All published versions of the name.")
+    aliases: dict[str, int] = Field(description="Alias -> version for the name.")
+
+
+class Registry:
+    """The facade over index and store. `base` may be None for tools that neither push nor resolve."""
+
+    def __init__(self, index: RegistryIndex, store: BlobStore, base: BaseModelSpec | None, limits: ValidationLimits):
+        self.index = index
+        self.store = store
+        self._base = base
+        self.limits = limits
+
+    @property
+    def base(self) -> BaseModelSpec:
+        if self._base is None:
+            raise RuntimeError("this registry was opened without a base model; push and resolve need one")
+        return self._base
+
+    @classmethod
+    def from_config(cls, config: RegistryConfig, base: BaseModelSpec | None, max_lora_rank: int) -> Registry:
+        return cls(
+            index=RegistryIndex(config.resolved_index_path()),
+            store=open_store(config.resolved_store_uri()),
+            base=base,
+            limits=ValidationLimits(max_lora_rank=max_lora_rank, max_bytes=config.max_adapter_bytes),
+        )
+
+    def close(self) -> None:
+        self.index.close()
+
+    def push(self, path: Path, name: str, description: str = "") -> Manifest:
+        """Publish the adapter folder at `path` as the next version of `name` (see the module docstring)."""
+        return self.push_with_status(path, name, description)[0]
+
+    def push_with_status(self, path: Path, name: str, description: str = "") -> tuple[Manifest, bool]:
+        """Like push; the flag is False when the newest version already had this content."""
+        facts = validate_adapter_dir(name, path, self.base, self.limits)
+        reservation = self.index.reserve_version(name, content_hash(path), description)
+        if reservation.existing is not None:
+            return reservation.existing, False
+        version = reservation.version
+        try:
+            manifest = build_manifest(name, version, description, path, facts, self.base.model_id)
+            for file in manifest.files:
+                self.store.put_file(blob_key(manifest, file), path / file.path)
+            self.index.commit_version(manifest)
+        except BaseException:
+            self._abandon(name, version)
+            raise
+        return manifest, True
+
+    def _abandon(self, name: str, version: int) -> None:
+        try:
+            self.store.delete_prefix(f"{name}/{version}")
+        except Exception:
+            logger.warning("could not remove the partial upload of %s@%d", name, version, exc_info=True)
+        self.index.release_version(name, version)
+
+    def resolve(self, ref: str) -> Manifest:
+        """The version `ref` names, for serving on this registry's base model.
+
+        Raises ValueError for a malformed reference and AdapterNotFound (AdapterIncompatible for another
+        base model) for one that names nothing servable.
+        """
+        manifest = self._lookup(ref)
+        if manifest.base_model_id != self.base.model_id:
+            raise AdapterIncompatible(ref, f"adapter {ref!r} was published for base model "
+                                           f"{manifest.base_model_id!r}, not {self.base.model_id!r}")
+        return manifest
+
+    def show(self, ref: str) -> AdapterDetail:
+        manifest = self._lookup(ref)
+        return AdapterDetail(
+            ref=ref,
+            manifest=manifest,
+            description=self.index.description(manifest.name),
+            versions=[m.version for m in self.index.versions(manifest.name)],
+            aliases=self.index.aliases(manifest.name),
+        )
+
+    def _lookup(self, ref: str) -> Manifest:
+        parsed = parse_model_ref(ref)
+        version = parsed.version
+        if version is None:
+            alias = parsed.alias or STABLE
+            version = self.index.alias_target(parsed.name, alias)
+            if version is None:
+                reason = (f"adapter {ref!r} not found" if parsed.alias is None
+                          else f"adapter {parsed.name!r} has no alias {alias!r}")
+                raise AdapterNotFound(ref, reason)
+        try:
+            return self.index.get(parsed.name, version)
+        except VersionNotFound as e:
+            raise AdapterNotFound(ref) from e
+
+    def promote(self, name: str, version: int, alias: str = STABLE) -> Manifest:
+        """Point `alias` at `name@version`; for `stable` this stops it following new pushes."""
+        check_name(name)
+        check_version(version)
+        check_alias(alias)
+        try:
+            self.index.set_alias(name, alias, version)
+            return self.index.get(name, version)
+        except VersionNotFound as e:
+            raise AdapterNotFound(f"{name}@{version}") from e
+
+    def rollback(self, name: str, alias: str = STABLE) -> Manifest:
+        """Move `alias` back to its previous target; raises NothingToRollBack when there is none."""
+        check_name(name)
+        check_alias(alias)
+        try:
+            return self.index.get(name, self.index.rollback(name, alias))
+        except VersionNotFound as e:
+            raise AdapterNotFound(f"{name}:{alias}", f"adapter {name!r} has no alias {alias!r}") from e
+
+    def delete(self, name: str, version: int) -> None:
+        """Remove a version and its files; refused (AliasInUse) while an alias points at it."""
+        check_name(name)
+        check_version(version)
+        try:
+            self.index.delete_version(name, version)
+        except VersionNotFound as e:
+            raise AdapterNotFound(f"{name}@{version}") from e
+        self.store.delete_prefix(f"{name}/{version}")
+
+    def list(self) -> list[AdapterSummary]:
+        return [
+            AdapterSummary(name=name, description=self.index.description(name), versions=self.index.versions(name),
+                           aliases=self.index.aliases(name))
+            for name in self.index.names()
+        ]
