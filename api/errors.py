@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from http import HTTPStatus
 
 from pydantic import BaseModel, ValidationError
@@ -33,12 +34,14 @@ _TYPE_BY_STATUS = {
 class OpenAIError(Exception):
     """Raised anywhere in serving code; the routes turn it into `ErrorResponse` with `status`."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None):
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        self.headers = dict(headers or {})
 
     @property
     def type(self) -> str:
@@ -58,6 +61,19 @@ def model_not_found(model: str) -> OpenAIError:
         404, f"The model '{model}' does not exist or you do not have access to it.",
         param="model", code="model_not_found",
     )
+
+
+def unauthorized(message: str = "Incorrect API key provided.") -> OpenAIError:
+    return OpenAIError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+
+def rate_limited(message: str, headers: dict[str, str]) -> OpenAIError:
+    return OpenAIError(429, message, code="rate_limit_exceeded", headers=headers)
+
+
+def overloaded(message: str, retry_after: float) -> OpenAIError:
+    seconds = max(1, math.ceil(retry_after))
+    return OpenAIError(503, message, code="overloaded", headers={"Retry-After": str(seconds)})
 
 
 def from_http_status(status: int, message: str | None = None) -> OpenAIError:

@@ -1,0 +1,243 @@
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from api.tenancy.admission import FairAdmission, FairQueue, QueueFull
+
+
+def drain(queue: FairQueue, n: int | None = None) -> str:
+    out = []
+    while len(queue) and (n is None or len(out) < n):
+        out.append(queue.pop()[0])
+    return "".join(out)
+
+
+@pytest.mark.parametrize(("pushes", "order"), [
+    # (tenant, weight, count) in push order -> tenants in pop order
+    ([("A", 1, 3), ("B", 1, 3)], "ABABAB"),
+    ([("A", 1, 3), ("B", 1, 3), ("C", 1, 3)], "ABCABCABC"),
+    ([("A", 4, 8), ("B", 1, 2)], "ABAAAABAAA"),
+    ([("A", 2, 4), ("B", 1, 4)], "ABAABABB"),
+    ([("A", 1, 1), ("B", 1, 3)], "ABBB"),
+])
+def test_fair_queue_order(pushes, order):
+    queue: FairQueue[int] = FairQueue()
+    for tenant, weight, count in pushes:
+        for i in range(count):
+            queue.push(tenant, i, weight)
+    assert drain(queue) == order
+
+
+def test_per_tenant_fifo():
+    queue: FairQueue[int] = FairQueue()
+    for i in range(5):
+        queue.push("A", i, 1)
+        queue.push("B", 10 + i, 3)
+    popped = [queue.pop() for _ in range(10)]
+    assert [item for tenant, item in popped if tenant == "A"] == [0, 1, 2, 3, 4]
+    assert [item for tenant, item in popped if tenant == "B"] == [10, 11, 12, 13, 14]
+
+
+def test_weights_give_proportional_shares_by_tenant():
+    queue: FairQueue[None] = FairQueue()
+    for _ in range(400):
+        queue.push("heavy", None, 4)
+        queue.push("light", None, 1)
+    served = Counter(queue.pop()[0] for _ in range(250))
+    assert served == {"heavy": 200, "light": 50}
+
+
+@pytest.mark.parametrize(("already_served", "next_two"), [
+    (0, ["flood", "new"]),  # the flood's head was queued first at the same virtual time
+    (1, ["new", "flood"]),
+    (10, ["new", "flood"]),
+    (99, ["new", "flood"]),
+])
+def test_a_flooding_tenant_cannot_starve_a_newcomer(already_served, next_two):
+    queue: FairQueue[None] = FairQueue()
+    for _ in range(100):
+        queue.push("flood", None, 1)
+    drain(queue, already_served)
+    queue.push("new", None, 1)
+    assert [queue.pop()[0] for _ in range(2)] == next_two
+
+
+def test_an_idle_tenant_banks_no_credit():
+    queue: FairQueue[None] = FairQueue()
+    for _ in range(20):
+        queue.push("busy", None, 1)
+    drain(queue, 10)
+    for _ in range(3):
+        queue.push("idle", None, 1)
+    # the returning tenant shares from now on, instead of taking ten turns in a row
+    assert drain(queue, 6).replace("busy", "b").replace("idle", "i") == "ibibib"
+
+
+def test_cost_scales_the_share():
+    queue: FairQueue[None] = FairQueue()
+    for _ in range(10):
+        queue.push("big", None, 1, cost=3)
+        queue.push("small", None, 1, cost=1)
+    served = Counter(queue.pop()[0] for _ in range(8))
+    assert served == {"big": 2, "small": 6}
+
+
+def test_remove_skips_the_item_and_returns_its_share():
+    queue: FairQueue[str] = FairQueue()
+    a1 = queue.push("A", "a1", 1)
+    queue.push("B", "b1", 1)
+    a2 = queue.push("A", "a2", 1)
+    assert queue.remove(a2) and not queue.remove(a2)
+    assert queue.queued() == {"A": 1, "B": 1} and len(queue) == 2
+    queue.push("A", "a3", 1)  # takes a2's place, not the one after it
+    assert [queue.pop()[1] for _ in range(3)] == ["a1", "b1", "a3"]
+    assert not queue.remove(a1)
+    with pytest.raises(IndexError):
+        queue.pop()
+
+
+@pytest.mark.parametrize(("weight", "cost"), [(0, 1), (-1, 1), (1, 0)])
+def test_rejects_non_positive_weight_or_cost(weight, cost):
+    with pytest.raises(ValueError):
+        FairQueue().push("A", None, weight, cost)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def settle_tasks() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_free_slots_are_granted_at_once():
+    admission = FairAdmission(max_running=2, max_queued=0)
+    a = await admission.acquire("A", 1)
+    b = await admission.acquire("B", 1)
+    assert a.queue_seconds == b.queue_seconds == 0
+    assert admission.stats().running_by_tenant == {"A": 1, "B": 1}
+    with pytest.raises(QueueFull):
+        await admission.acquire("C", 1)
+    admission.release(a)
+    admission.release(a)
+    assert admission.running == 1
+    admission.release(b)
+    assert admission.stats().running == 0
+
+
+async def test_queue_full_when_max_queued_wait():
+    clock = FakeClock()
+    admission = FairAdmission(max_running=1, max_queued=2, clock=clock)
+    holder = await admission.acquire("A", 1)
+    waiters = [asyncio.create_task(admission.acquire("B", 1)) for _ in range(2)]
+    await settle_tasks()
+    assert admission.stats().queued_by_tenant == {"B": 2}
+    with pytest.raises(QueueFull) as e:
+        await admission.acquire("C", 1)
+    assert e.value.retry_after_s >= 1.0
+    clock.now += 2.5
+    admission.release(holder)
+    first = await waiters[0]
+    assert first.queue_seconds == pytest.approx(2.5)
+    admission.release(first)
+    admission.release(await waiters[1])
+    assert admission.stats().running == 0 and admission.stats().queued == 0
+
+
+async def test_slots_are_handed_on_in_fair_order():
+    admission = FairAdmission(max_running=1, max_queued=100)
+    holder = await admission.acquire("X", 1)
+    order: list[str] = []
+
+    async def worker(tenant: str, weight: float) -> None:
+        ticket = await admission.acquire(tenant, weight)
+        order.append(tenant)
+        await asyncio.sleep(0)
+        admission.release(ticket)
+
+    tasks = [asyncio.create_task(worker("A", 1)) for _ in range(4)]
+    await settle_tasks()
+    tasks += [asyncio.create_task(worker("B", 1)) for _ in range(4)]
+    await settle_tasks()
+    admission.release(holder)
+    await asyncio.gather(*tasks)
+    assert "".join(order) == "ABABABAB"
+    assert admission.stats().running == 0
+
+
+async def test_a_waiter_cancelled_while_queued_leaves_the_queue():
+    admission = FairAdmission(max_running=1, max_queued=1)
+    holder = await admission.acquire("A", 1)
+    waiter = asyncio.create_task(admission.acquire("B", 1))
+    await settle_tasks()
+    assert admission.stats().queued == 1
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert admission.stats().queued == 0
+    replacement = asyncio.create_task(admission.acquire("C", 1))  # the freed queue place is usable
+    await settle_tasks()
+    admission.release(holder)
+    ticket = await replacement
+    assert admission.stats().running_by_tenant == {"C": 1}
+    admission.release(ticket)
+    assert admission.stats().running == 0
+
+
+async def test_a_waiter_cancelled_after_its_grant_hands_the_slot_on():
+    admission = FairAdmission(max_running=1, max_queued=5)
+    holder = await admission.acquire("A", 1)
+    granted_then_cancelled = asyncio.create_task(admission.acquire("B", 1))
+    next_in_line = asyncio.create_task(admission.acquire("C", 1))
+    await settle_tasks()
+    admission.release(holder)  # grants B's future; B's task has not run yet
+    granted_then_cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await granted_then_cancelled
+    ticket = await asyncio.wait_for(next_in_line, 1)
+    assert ticket.tenant == "C"
+    admission.release(ticket)
+    assert admission.stats().running == 0
+
+
+async def test_no_slot_leaks_under_random_cancellation():
+    admission = FairAdmission(max_running=3, max_queued=1000)
+    held: list = []
+
+    async def client(i: int) -> None:
+        ticket = await admission.acquire(f"t{i % 4}", 1 + i % 3)
+        try:
+            for _ in range(i % 3):
+                await asyncio.sleep(0)
+        finally:
+            admission.release(ticket)
+            held.append(i)
+
+    tasks = [asyncio.create_task(client(i)) for i in range(60)]
+    for round_ in range(40):
+        await asyncio.sleep(0)
+        if round_ % 2 == 0:
+            for task in tasks[round_::7]:
+                task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    stats = admission.stats()
+    assert (stats.running, stats.queued) == (0, 0)
+    assert 0 < len(held) < 60
+    tickets = [await asyncio.wait_for(admission.acquire("x", 1), 1) for _ in range(3)]
+    assert admission.running == 3
+    for ticket in tickets:
+        admission.release(ticket)
+
+
+@pytest.mark.parametrize(("running", "queued"), [(0, 0), (0, 1), (-1, 0), (1, -1)])
+def test_rejects_bad_sizes(running, queued):
+    with pytest.raises(ValueError):
+        FairAdmission(running, queued)

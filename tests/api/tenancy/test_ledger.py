@@ -1,0 +1,186 @@
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from api.observability.outcome import RequestOutcome
+from api.tenancy.ledger import SCHEMA_VERSION, LedgerError, UsageLedger
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def outcome(request_id: str, tenant: str = "acme", model: str = "sql-helper", version: str = "2",
+            prompt: int = 10, completion: int = 5, status: int = 200, at: float = 1000.0,
+            price: float = 0.01, cost: float = 0.002) -> RequestOutcome:
+    return RequestOutcome(
+        request_id=request_id, tenant=tenant, priority="standard", model=model, version=version, status=status,
+        prompt_tokens=prompt, completion_tokens=completion, queue_seconds=0.05, ttft_seconds=0.1,
+        e2e_seconds=0.5, inter_token_seconds=(0.1,), price_usd=price, cost_usd=cost, finished_at=at,
+    )
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    with UsageLedger(tmp_path / "nested" / "dir" / "usage.sqlite") as ledger:
+        yield ledger
+
+
+@pytest.fixture
+def filled(ledger):
+    ledger.record(outcome("r1", at=1000), "stop")
+    ledger.record(outcome("r2", at=1010, prompt=20, completion=0, status=500, price=0.0, cost=0.001), "error")
+    ledger.record(outcome("r3", tenant="hobby", model="base-model", version="", at=1020, price=0.02), "length")
+    ledger.record(outcome("r4", version="3", at=2000, price=0.03), "stop")
+    return ledger
+
+
+def test_creates_directories_in_wal_mode(tmp_path):
+    path = tmp_path / "a" / "b" / "usage.sqlite"
+    with UsageLedger(path, synchronous="FULL") as ledger:
+        assert ledger._conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    with UsageLedger(path) as ledger:
+        assert ledger._conn.execute("PRAGMA synchronous").fetchone()[0] == 1
+
+
+def test_rejects_unknown_synchronous(tmp_path):
+    with pytest.raises(ValueError):
+        UsageLedger(tmp_path / "u.sqlite", synchronous="OFF")
+
+
+def test_record_stores_every_field(ledger):
+    assert ledger.record(outcome("req-1"), "stop")
+    assert ledger.query() == [{
+        "request_id": "req-1", "tenant": "acme", "priority": "standard", "model": "sql-helper", "version": "2",
+        "prompt_tokens": 10, "completion_tokens": 5, "queue_s": 0.05, "ttft_s": 0.1, "e2e_s": 0.5,
+        "status": 200, "finish": "stop", "price_usd": 0.01, "cost_usd": 0.002, "created_at": 1000.0,
+    }]
+
+
+def test_a_request_is_recorded_once(ledger):
+    assert ledger.record(outcome("same"), "stop")
+    assert not ledger.record(outcome("same", prompt=99), "stop")
+    assert ledger.count() == 1 and ledger.query()[0]["prompt_tokens"] == 10
+
+
+@pytest.mark.parametrize(("filters", "ids"), [
+    ({}, ["r1", "r2", "r3", "r4"]),
+    ({"tenant": "acme"}, ["r1", "r2", "r4"]),
+    ({"model": "base-model"}, ["r3"]),
+    ({"since": 1010}, ["r2", "r3", "r4"]),
+    ({"until": 1010}, ["r1"]),
+    ({"since": 1005, "until": 1500, "tenant": "acme"}, ["r2"]),
+    ({"limit": 2}, ["r1", "r2"]),
+    ({"tenant": "nobody"}, []),
+])
+def test_query_filters(filled, filters, ids):
+    assert [r["request_id"] for r in filled.query(**filters)] == ids
+
+
+def test_summary_groups_by_tenant_model_version(filled):
+    rows = filled.summary()
+    assert [(r["tenant"], r["model"], r["version"]) for r in rows] == [
+        ("acme", "sql-helper", "2"), ("acme", "sql-helper", "3"), ("hobby", "base-model", "")]
+    acme2 = rows[0]
+    assert (acme2["requests"], acme2["prompt_tokens"], acme2["completion_tokens"], acme2["errors"]) == (2, 30, 5, 1)
+    assert acme2["price_usd"] == pytest.approx(0.01)
+    assert acme2["cost_usd"] == pytest.approx(0.003)
+
+
+@pytest.mark.parametrize(("kwargs", "expected"), [
+    ({"group_by": ("tenant",)}, [("acme", 3), ("hobby", 1)]),
+    ({"group_by": ("tenant",), "since": 1500}, [("acme", 1)]),
+    ({"group_by": ("finish",)}, [("error", 1), ("length", 1), ("stop", 2)]),
+    ({"group_by": ("tenant",), "tenant": "nobody"}, []),
+])
+def test_summary_filters_and_groupings(filled, kwargs, expected):
+    key = kwargs["group_by"][0]
+    assert [(r[key], r["requests"]) for r in filled.summary(**kwargs)] == expected
+
+
+def test_summary_without_grouping_is_the_total(filled):
+    (total,) = filled.summary(group_by=())
+    assert (total["requests"], total["errors"]) == (4, 1)
+    assert filled.summary(group_by=(), tenant="nobody") == []
+
+
+def test_summary_refuses_unknown_columns(filled):
+    with pytest.raises(ValueError, match="cannot group by"):
+        filled.summary(group_by=("tenant; DROP TABLE usage",))
+
+
+def test_tokens_in(filled):
+    assert filled.tokens_in("acme", 0) == 15 + 20 + 15
+    assert filled.tokens_in("acme", 1500) == 15
+    assert filled.tokens_in("hobby", 1021) == 0
+    assert filled.tokens_in("nobody", 0) == 0
+
+
+def test_record_from_many_threads(ledger):
+    def worker(t: int) -> None:
+        for i in range(25):
+            ledger.record(outcome(f"t{t}-{i}"), "stop")
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert ledger.count() == 200
+
+
+def test_reader_sees_committed_rows_while_the_writer_is_open(ledger):
+    ledger.record(outcome("a"), "stop")
+    with UsageLedger.reader(ledger.path) as reader:
+        assert reader.count() == 1
+        ledger.record(outcome("b"), "stop")
+        assert reader.count() == 2
+        with pytest.raises(LedgerError, match="read-only"):
+            reader.record(outcome("c"), "stop")
+
+
+def test_reader_of_a_missing_ledger(tmp_path):
+    with pytest.raises(LedgerError, match="no usage ledger"):
+        UsageLedger.reader(tmp_path / "absent.sqlite")
+
+
+def test_refuses_a_newer_schema(tmp_path):
+    path = tmp_path / "usage.sqlite"
+    UsageLedger(path).close()
+    with sqlite3.connect(path) as raw:
+        raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(LedgerError, match="newer"):
+        UsageLedger(path)
+    with pytest.raises(LedgerError, match="schema version"):
+        UsageLedger.reader(path)
+
+
+def test_committed_rows_survive_kill_9(tmp_path):
+    path = tmp_path / "usage.sqlite"
+    script = textwrap.dedent(f"""
+        import os, signal
+        from api.observability.outcome import RequestOutcome
+        from api.tenancy.ledger import UsageLedger
+
+        ledger = UsageLedger({str(path)!r})
+        for i in range(50):
+            request_id = f"req-{{i}}"
+            ledger.record(RequestOutcome(request_id, "acme", "standard", "m", "", 200, 3, 4, 0.0, 0.1, 0.2,
+                                         (), 0.0, 0.0, 1000.0 + i), "stop")
+            print(request_id, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == -9, done.stderr
+    printed = done.stdout.split()
+    assert len(printed) == 50
+    with UsageLedger.reader(path) as reader:
+        assert sorted(r["request_id"] for r in reader.query()) == sorted(printed)
