@@ -1,0 +1,42 @@
+"""What one finished request was: the single record that metrics, SLOs, logs and the usage ledger read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Client closed the connection before the response finished (nginx's convention).
+STATUS_CLIENT_CLOSED = 499
+
+
+@dataclass(frozen=True)
+class RequestOutcome:
+    request_id: str
+    tenant: str
+    priority: str
+    model: str  # base model id or adapter name, never a raw user string
+    version: str  # adapter version ("3"), "" for the base model
+    status: int  # HTTP status; 499 when the client went away
+    prompt_tokens: int
+    completion_tokens: int  # tokens actually handed to the client
+    queue_seconds: float  # waiting for admission in front of the engine
+    ttft_seconds: float | None  # arrival to first output token
+    e2e_seconds: float  # arrival to last byte
+    inter_token_seconds: tuple[float, ...]  # gaps between successive output chunks after the first
+    price_usd: float  # what the tenant is charged
+    cost_usd: float  # measured compute cost attributed to this request
+    finished_at: float  # unix time
+
+    @property
+    def model_version(self) -> str:
+        return f"{self.model}@{self.version}" if self.version else self.model
+
+    @property
+    def tpot_seconds(self) -> float | None:
+        """Time per output token after the first."""
+        if self.ttft_seconds is None or self.completion_tokens < 2:
+            return None
+        return (self.e2e_seconds - self.ttft_seconds) / (self.completion_tokens - 1)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status < 500

@@ -1,0 +1,97 @@
+"""OpenTelemetry spans on a private tracer provider, or nothing at all when no endpoint is configured.
+
+Span names in use: `http.request`, `admission`, `adapter.load`, `engine.generate`, `stream`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+TRACES_PATH = "/v1/traces"
+
+
+class _NoopSpan:
+    """Stands in for both the context manager and the span when tracing is off; one shared instance."""
+
+    def __enter__(self) -> _NoopSpan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        pass
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        pass
+
+    def add_event(self, name: str, attributes: Mapping[str, Any] | None = None) -> None:
+        pass
+
+    def record_exception(self, exception: BaseException) -> None:
+        pass
+
+
+NOOP_SPAN = _NoopSpan()
+
+
+def traces_url(endpoint: str) -> str:
+    """A collector base URL ("http://host:4318") gets the OTLP/HTTP traces path; a URL with a path is kept."""
+    return endpoint.rstrip("/") + TRACES_PATH if urlsplit(endpoint).path in ("", "/") else endpoint
+
+
+class Tracing:
+    """`span(name, **attrs)` opens a span nested under the current one (contextvars, so asyncio tasks too).
+
+    `endpoint` is an OTLP/HTTP collector; `exporter` replaces it (tests pass an in-memory one). With neither,
+    tracing is off and `span` returns a shared no-op object: no OpenTelemetry SDK is imported.
+    """
+
+    def __init__(self, endpoint: str | None, service_name: str = "loraplex", exporter: SpanExporter | None = None):
+        self.enabled = endpoint is not None or exporter is not None
+        self._provider = None
+        self._tracer = None
+        if not self.enabled:
+            return
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        if exporter is None:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            exporter = OTLPSpanExporter(endpoint=traces_url(endpoint))
+        # Private provider: the process-wide one stays untouched, so libraries and tests cannot collide on it.
+        self._provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+        self._provider.add_span_processor(BatchSpanProcessor(exporter))
+        self._tracer = self._provider.get_tracer("loraplex")
+
+    def span(self, name: str, *, carrier: Mapping[str, str] | None = None,
+             **attrs: Any) -> AbstractContextManager[Any]:
+        """`carrier`: incoming headers whose W3C `traceparent` becomes the parent. None-valued attrs are dropped."""
+        if self._tracer is None:
+            return NOOP_SPAN
+        context = None
+        if carrier is not None:
+            from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+            context = TraceContextTextMapPropagator().extract(carrier)
+        attributes = {k: v for k, v in attrs.items() if v is not None}
+        return self._tracer.start_as_current_span(name, context=context, attributes=attributes)
+
+    def force_flush(self, timeout_ms: int = 5000) -> bool:
+        return self._provider.force_flush(timeout_ms) if self._provider is not None else True
+
+    def shutdown(self) -> None:
+        """Flushes pending spans; the object traces nothing afterwards."""
+        if self._provider is not None:
+            self._provider.shutdown()
+            self._provider = None
+            self._tracer = None
+            self.enabled = False

@@ -1,0 +1,141 @@
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from api.observability.tracing import NOOP_SPAN, Tracing, traces_url
+
+
+def test_disabled_tracing_is_a_shared_noop():
+    tracing = Tracing(None)
+    assert not tracing.enabled
+    first = tracing.span("http.request", route="/v1/completions")
+    assert first is NOOP_SPAN and tracing.span("stream") is NOOP_SPAN
+    with tracing.span("admission", tenant="acme") as span:
+        span.set_attribute("queued", True)
+        span.add_event("admitted")
+    assert tracing.force_flush()
+    tracing.shutdown()
+
+
+def test_disabled_span_does_not_swallow_exceptions():
+    with pytest.raises(KeyError):
+        with Tracing(None).span("engine.generate"):
+            raise KeyError("x")
+
+
+@pytest.mark.parametrize("endpoint, expected", [
+    ("http://collector:4318", "http://collector:4318/v1/traces"),
+    ("http://collector:4318/", "http://collector:4318/v1/traces"),
+    ("http://collector:4318/v1/traces", "http://collector:4318/v1/traces"),
+    ("https://otel.example/custom/path", "https://otel.example/custom/path"),
+])
+def test_traces_url(endpoint, expected):
+    assert traces_url(endpoint) == expected
+
+
+@pytest.fixture
+def memory():
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(None, service_name="loraplex-test", exporter=exporter)
+    yield tracing, exporter
+    tracing.shutdown()
+
+
+def test_spans_nest_and_carry_attributes(memory):
+    tracing, exporter = memory
+    with tracing.span("http.request", route="/v1/chat/completions", tenant="acme", absent=None):
+        with tracing.span("admission", priority="high"):
+            pass
+        with tracing.span("engine.generate", model="support@3") as span:
+            span.set_attribute("completion_tokens", 7)
+            with tracing.span("stream"):
+                pass
+    tracing.force_flush()
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert set(spans) == {"http.request", "admission", "engine.generate", "stream"}
+    root = spans["http.request"]
+    assert root.parent is None
+    assert dict(root.attributes) == {"route": "/v1/chat/completions", "tenant": "acme"}
+    assert spans["admission"].parent.span_id == root.context.span_id
+    assert spans["engine.generate"].parent.span_id == root.context.span_id
+    assert spans["stream"].parent.span_id == spans["engine.generate"].context.span_id
+    assert {s.context.trace_id for s in spans.values()} == {root.context.trace_id}
+    assert spans["engine.generate"].attributes["completion_tokens"] == 7
+    assert root.resource.attributes["service.name"] == "loraplex-test"
+
+
+def test_exception_marks_the_span(memory):
+    tracing, exporter = memory
+    with pytest.raises(ValueError):
+        with tracing.span("adapter.load", adapter="support"):
+            raise ValueError("bad adapter")
+    tracing.force_flush()
+    [span] = exporter.get_finished_spans()
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.events[0].name == "exception"
+
+
+def test_incoming_traceparent_becomes_the_parent(memory):
+    tracing, exporter = memory
+    trace_id, parent_id = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+    with tracing.span("http.request", carrier={"traceparent": f"00-{trace_id}-{parent_id}-01"}):
+        pass
+    tracing.force_flush()
+    [span] = exporter.get_finished_spans()
+    assert format(span.context.trace_id, "032x") == trace_id
+    assert format(span.parent.span_id, "016x") == parent_id
+
+
+def test_private_provider_leaves_the_global_one_alone(memory):
+    tracing, exporter = memory
+    with tracing.span("http.request"):
+        assert not trace.get_tracer("someone-else").start_span("x").is_recording()
+    tracing.shutdown()
+    assert tracing.span("after-shutdown") is NOOP_SPAN
+
+
+class _Collector(BaseHTTPRequestHandler):
+    received: list[tuple[str, str, bytes]] = []
+
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.received.append((self.path, self.headers["Content-Type"], body))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_otlp_http_export_to_a_loopback_collector():
+    _Collector.received = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        tracing = Tracing(f"http://127.0.0.1:{server.server_address[1]}", service_name="loraplex")
+        with tracing.span("http.request", tenant="acme"):
+            with tracing.span("engine.generate"):
+                pass
+        tracing.shutdown()  # flushes the batch
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert _Collector.received, "no OTLP export arrived"
+    path, content_type, body = _Collector.received[0]
+    assert (path, content_type) == ("/v1/traces", "application/x-protobuf")
+    request = ExportTraceServiceRequest.FromString(body)
+    [resource_spans] = request.resource_spans
+    service = {a.key: a.value.string_value for a in resource_spans.resource.attributes}["service.name"]
+    assert service == "loraplex"
+    names = {span.name for scope in resource_spans.scope_spans for span in scope.spans}
+    assert names == {"http.request", "engine.generate"}
