@@ -7,7 +7,7 @@ ENGINE_EXTRA ?= cpu
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: serve test bench bench-quick venv clean-venv
+.PHONY: serve test bench bench-quick venv clean-venv browser
 
 venv: $(STAMP)
 
@@ -22,7 +22,11 @@ $(STAMP): pyproject.toml
 serve: $(STAMP)
 	$(BIN)/loraplex serve
 
-test: $(STAMP)
+# The dashboard test renders /dashboard in Debian's headless Chromium (needs root to install once).
+browser:
+	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null)
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

@@ -10,20 +10,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.catalog import ModelCatalog
 from api.errors import OpenAIError, from_http_status
-from api.metrics import ServerMetrics
 from api.middleware import RequestIdMiddleware
 from api.routes import router
-from api.serving_chat import ChatService
-from api.serving_completion import CompletionService
-from engine.types import EngineClient
+from api.routes_admin import admin_router
+from api.routes_ops import ops_router
+from api.wiring import Server
 
 logger = logging.getLogger(__name__)
 
 
 def _error_response(e: OpenAIError) -> JSONResponse:
-    return JSONResponse(e.body(), status_code=e.status)
+    return JSONResponse(e.body(), status_code=e.status, headers=e.headers or None)
 
 
 async def _on_openai_error(request: Request, e: OpenAIError) -> JSONResponse:
@@ -43,25 +41,25 @@ async def _on_unexpected(request: Request, e: Exception) -> JSONResponse:
     return _error_response(OpenAIError(500, "Internal server error.", code="internal_error"))
 
 
-def create_app(engine: EngineClient, catalog: ModelCatalog) -> FastAPI:
-    """`engine` is started by the lifespan and shut down when the app stops."""
+def create_app(server: Server) -> FastAPI:
+    """`server.engine` is started by the lifespan and shut down when the app stops."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        engine.start()
+        server.engine.start()
         try:
+            await server.started()
             yield
         finally:
-            engine.shutdown()
+            server.lifecycle.ready = False
+            server.engine.shutdown()
+            server.close()
 
     app = FastAPI(title="loraplex", lifespan=lifespan)
-    metrics = ServerMetrics(engine)
-    app.state.engine = engine
-    app.state.catalog = catalog
-    app.state.metrics = metrics
-    app.state.chat = ChatService(engine, catalog, metrics)
-    app.state.completion = CompletionService(engine, catalog, metrics)
+    app.state.server = server
     app.include_router(router)
+    app.include_router(admin_router)
+    app.include_router(ops_router)
     app.add_exception_handler(OpenAIError, _on_openai_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)

@@ -11,6 +11,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
+from adapters.registry import RegistryConfig
+from api.cli_adapters import add_adapters_parser, run_adapters
+from api.cli_tenants import add_tenant_parsers, run_tenant_command
+from api.wiring import ServingOptions
 from engine.config import EngineConfig
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -61,35 +65,59 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--model", default=None,
                        help="Path of a local Hugging Face Llama-family checkpoint (default: the embedded demo model).")
     serve.add_argument("--adapter", action="append", default=[], metavar="NAME=PATH",
-                       help="Serve the PEFT LoRA adapter folder PATH as model NAME (repeatable).")
+                       help="Publish the PEFT LoRA adapter folder PATH to the registry as NAME at start "
+                       "(a new version only if its content changed), and serve it (repeatable).")
+    serve.add_argument("--pin", action="append", default=[], metavar="NAME",
+                       help="Keep adapter NAME (its stable version) loaded in the engine's CPU tier and on "
+                       "disk; never evicted (repeatable).")
     add_config_arguments(serve, ServerConfig, skip=set())
     add_config_arguments(serve, EngineConfig, skip={"model"})
+    add_config_arguments(serve, RegistryConfig, skip=set())
+    add_config_arguments(serve, ServingOptions, skip=set())
+    add_adapters_parser(sub)
+    add_tenant_parsers(sub)
     return parser
 
 
-def _load_adapters(flags: list[tuple[str, Path]], max_lora_rank: int) -> dict:
-    from adapters.local import AdapterValidationError, load_local_adapter
+def _publish_startup_adapters(registry, flags: list[tuple[str, Path]]) -> list[str]:
+    """Pushes the demo and --adapter folders; unchanged content keeps its version. Every problem at once."""
+    from adapters.local import AdapterValidationError
 
-    adapters, problems = {}, []
+    lines, problems = [], []
     for name, path in flags:
-        if name in adapters:
-            problems.append(f"adapter {name!r} given twice")
-            continue
         try:
-            adapters[name] = load_local_adapter(name, path, max_lora_rank)
+            manifest, created = registry.push_with_status(path, name)
         except AdapterValidationError as e:
             problems.append(str(e))
+            continue
+        lines.append(f"{manifest.name}@{manifest.version}{' (new)' if created else ''}")
     if problems:
         raise SystemExit("invalid adapters:\n  - " + "\n  - ".join(problems))
-    return adapters
+    return lines
+
+
+def _tenancy(path: str | None):
+    from api.tenancy.config import ConfigError, TenancyConfig, load_tenancy_config
+
+    if path is None:
+        print("[loraplex] no --config: serving OPEN, one tenant 'default', no API keys, admin API unguarded",
+              file=sys.stderr, flush=True)
+        return TenancyConfig.open_default()
+    try:
+        return load_tenancy_config(path)
+    except ConfigError as e:
+        raise SystemExit(f"invalid tenants config {path}:\n  - " + "\n  - ".join(e.problems)) from e
 
 
 def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
+    from adapters.base_model import BaseModelError, base_model_spec
     from adapters.local import parse_adapter_flag
+    from adapters.registry import Registry
     from api.app import create_app
-    from api.catalog import ModelCatalog
+    from api.lifecycle import DrainingServer
+    from api.wiring import TierSizes, build_server
     from engine.async_engine import LoraplexEngine
     from engine.demo_assets import data_home, ensure_demo_assets
 
@@ -103,25 +131,60 @@ def serve(args: argparse.Namespace) -> None:
         model = str(demo.model_dir)
         flags = list(demo.adapter_dirs.items()) + flags
     try:
-        server = config_from_args(ServerConfig, args)
+        server_config = config_from_args(ServerConfig, args)
         engine_config = config_from_args(EngineConfig, args, model=model)
+        registry_config = config_from_args(RegistryConfig, args)
+        options = config_from_args(ServingOptions, args)
     except ValidationError as e:
         raise SystemExit(f"invalid configuration:\n{e}") from e
     if not Path(model).is_dir():
         raise SystemExit(f"--model: {model} is not a directory")
-    adapters = _load_adapters(flags, engine_config.max_lora_rank)
+    tenancy = _tenancy(options.config)
+    try:
+        base = base_model_spec(Path(model))
+    except BaseModelError as e:
+        raise SystemExit(f"--model: {e}") from e
+    registry = Registry.from_config(registry_config, base, engine_config.max_lora_rank)
+    published = _publish_startup_adapters(registry, flags)
     engine = LoraplexEngine(engine_config)
-    catalog = ModelCatalog(engine.model_id, adapters)
-    print(f"[loraplex] serving {engine.model_id} with adapters: {', '.join(sorted(adapters)) or '(none)'}",
-          file=sys.stderr, flush=True)
-    uvicorn.run(create_app(engine, catalog), host=server.host, port=server.port, log_level=server.log_level)
+    if engine.model_id != base.model_id:
+        raise SystemExit(f"model id mismatch: engine {engine.model_id!r}, registry base {base.model_id!r}")
+    if len(args.pin) >= engine_config.max_cpu_loras:
+        raise SystemExit(f"--pin: {len(args.pin)} pinned adapters leave no room in max_cpu_loras "
+                         f"{engine_config.max_cpu_loras}")
+    sizes = TierSizes(engine_config.max_loras, engine_config.max_cpu_loras,
+                      registry_config.resolved_disk_cache_dir(), registry_config.disk_cache_bytes)
+    server = build_server(engine, registry, tenancy, options, sizes, tuple(args.pin),
+                          max_running=engine_config.max_num_seqs)
+    print(f"[loraplex] serving {engine.model_id}; registry {registry_config.resolved_store_uri()}; "
+          f"published at start: {', '.join(published) or '(none)'}", file=sys.stderr, flush=True)
+    config = uvicorn.Config(create_app(server), host=server_config.host, port=server_config.port,
+                            log_level=server_config.log_level, timeout_graceful_shutdown=5)
+    DrainingServer(config, server.lifecycle, options.drain_timeout_s).run()
+
+
+def _json_request_log() -> None:
+    """One pure JSON line per request on stderr, apart from the human-readable log."""
+    from api.observability.requestlog import REQUEST_LOGGER, JsonFormatter
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    request_log = logging.getLogger(REQUEST_LOGGER)
+    request_log.addHandler(handler)
+    request_log.setLevel(logging.INFO)
+    request_log.propagate = False
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _json_request_log()
     if args.command == "serve":
         serve(args)
+    elif args.command == "adapters":
+        sys.exit(run_adapters(args))
+    else:
+        sys.exit(run_tenant_command(args))
 
 
 if __name__ == "__main__":

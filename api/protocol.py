@@ -197,6 +197,9 @@ class ModelCard(BaseModel):
     owned_by: str = "loraplex"
     root: str
     parent: str | None = None
+    # loraplex extensions on adapter cards: every published version, and where each alias points.
+    versions: list[int] | None = None
+    aliases: dict[str, int] | None = None
 
 
 class ModelList(BaseModel):

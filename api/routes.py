@@ -8,12 +8,14 @@ from typing import TypeVar
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
-from api.errors import OpenAIError, bad_request, from_validation_error, model_not_found
-from api.metrics import STATUS_CLIENT_CLOSED
+from api.errors import OpenAIError, bad_request, from_validation_error
+from api.gate import Caller
+from api.middleware import request_id_of
+from api.observability.outcome import STATUS_CLIENT_CLOSED
 from api.protocol import ChatCompletionRequest, CompletionRequest
+from api.serving_common import Reply
 
 router = APIRouter()
 Body = TypeVar("Body", bound=BaseModel)
@@ -53,54 +55,58 @@ async def _until_disconnect(request: Request, work):
     return Response(status_code=STATUS_CLIENT_CLOSED)
 
 
-def _respond(result) -> Response:
-    if isinstance(result, Response):
-        return result
-    if isinstance(result, BaseModel):
-        return JSONResponse(result.model_dump(exclude_none=False))
-    return StreamingResponse(result, media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+def _respond(reply: Reply | Response) -> Response:
+    if isinstance(reply, Response):
+        return reply
+    if isinstance(reply.body, BaseModel):
+        return JSONResponse(reply.body.model_dump(exclude_none=False), headers=reply.headers)
+    return StreamingResponse(reply.body, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **reply.headers})
+
+
+def caller_of(request: Request) -> Caller:
+    """The tenant behind the request's API key; 401 when a key is required and missing or wrong."""
+    server = request.app.state.server
+    return server.auth.caller(request.headers.get("authorization"))
 
 
 @router.get("/v1/models")
 async def list_models(request: Request) -> JSONResponse:
-    return JSONResponse(request.app.state.catalog.model_list().model_dump())
+    server = request.app.state.server
+    caller = caller_of(request)
+    return JSONResponse(server.catalog.model_list(server.gate.may_use(caller)).model_dump(exclude_none=True))
 
 
 @router.get("/v1/models/{model_id:path}")
 async def retrieve_model(model_id: str, request: Request) -> JSONResponse:
-    for card in request.app.state.catalog.model_list().data:
-        if card.id == model_id:
-            return JSONResponse(card.model_dump())
-    raise model_not_found(model_id)
+    server = request.app.state.server
+    card = server.catalog.model_card(model_id, server.gate.may_use(caller_of(request)))
+    return JSONResponse(card.model_dump(exclude_none=True))
 
 
 async def _generate(request: Request, body_cls: type[Body], service) -> Response:
+    server = request.app.state.server
+    caller = None
     try:
+        caller = caller_of(request)
         body = await parse_body(request, body_cls)
     except OpenAIError as e:
-        request.app.state.metrics.observe_rejected(e.status)
+        if caller is None:
+            server.metrics.observe_rejected(e.status)
+        else:
+            server.metrics.observe_rejected(e.status, tenant=caller.tenant)
         raise
-    return _respond(await _until_disconnect(request, service.create(body)))
+    with server.tracing.span("http.request", path=request.url.path, tenant=caller.tenant,
+                             request_id=request_id_of(request.scope)):
+        work = service.create(body, caller, request_id_of(request.scope))
+        return _respond(await _until_disconnect(request, work))
 
 
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
-    return await _generate(request, ChatCompletionRequest, request.app.state.chat)
+    return await _generate(request, ChatCompletionRequest, request.app.state.server.chat)
 
 
 @router.post("/v1/completions")
 async def completions(request: Request) -> Response:
-    return await _generate(request, CompletionRequest, request.app.state.completion)
-
-
-@router.get("/health")
-async def health(request: Request) -> Response:
-    if not request.app.state.engine.is_alive():
-        raise OpenAIError(503, "The engine is not running.", code="engine_dead")
-    return JSONResponse({"status": "ok"})
-
-
-@router.get("/metrics")
-async def metrics(request: Request) -> Response:
-    return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    return await _generate(request, CompletionRequest, request.app.state.server.completion)

@@ -48,7 +48,7 @@ class ChatService(GenerationService):
             raise bad_request(f"The chat template could not render these messages: {e}", param="messages") from e
         return tokenizer.encode(text, add_special_tokens=False)
 
-    def prepare(self, req: ChatCompletionRequest, response_id: str) -> list[EngineCall]:
+    def prepare(self, req: ChatCompletionRequest, response_id: str, cap: int | None) -> list[EngineCall]:
         unsupported = [f for f in UNSUPPORTED_CHAT_FIELDS if (req.model_extra or {}).get(f) is not None]
         if unsupported:
             raise bad_request(f"Unsupported parameters: {', '.join(unsupported)}", param=unsupported[0],
@@ -59,6 +59,7 @@ class ChatService(GenerationService):
         limit_param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         max_tokens = resolve_max_tokens(len(prompt), req.output_limit(), self.engine.max_model_len,
                                         "messages", limit_param)
+        max_tokens = min(max_tokens, cap) if cap is not None else max_tokens
         num_logprobs = (req.top_logprobs or 0) if req.logprobs else None
         params = build_sampling_params(req, max_tokens, num_logprobs)
         return [EngineCall(request_id=response_id, prompt_token_ids=prompt, params=params)]

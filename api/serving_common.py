@@ -14,9 +14,13 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel
 from vllm import SamplingParams
 
+from adapters.local import LocalAdapter
+from api.accounting import RequestAccount
 from api.catalog import ModelCatalog, ServedModel
 from api.errors import OpenAIError
-from api.metrics import STATUS_CLIENT_CLOSED, UNKNOWN_MODEL, ServerMetrics
+from api.gate import Caller, Gate
+from api.lifecycle import Lifecycle
+from api.observability.outcome import STATUS_CLIENT_CLOSED
 from api.protocol import Usage
 from engine.types import ChoiceDelta, EngineClient, EngineDeadError, EngineRequestError, PositionLogprobs
 
@@ -38,36 +42,6 @@ def engine_failure(e: Exception) -> OpenAIError:
     return OpenAIError(500, "The engine failed while generating this response.", code="engine_error")
 
 
-@dataclass
-class RequestAccount:
-    """Times and token counts of one HTTP request, recorded to metrics exactly once."""
-
-    metrics: ServerMetrics
-    model: str
-    arrival: float = field(default_factory=time.monotonic)
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    first_token_at: float | None = None
-    _closed: bool = False
-
-    def __post_init__(self) -> None:
-        self.metrics.in_flight.inc()
-
-    def on_tokens(self, count: int) -> None:
-        if count and self.first_token_at is None:
-            self.first_token_at = time.monotonic()
-        self.completion_tokens += count
-
-    def close(self, status: int) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self.metrics.in_flight.dec()
-        ttft = None if self.first_token_at is None else self.first_token_at - self.arrival
-        self.metrics.observe(self.model, status, self.prompt_tokens, self.completion_tokens, ttft,
-                             time.monotonic() - self.arrival)
-
-
 @dataclass(frozen=True)
 class EngineCall:
     """One prompt sent to the engine; `choice_offset` places its choices in the response."""
@@ -79,7 +53,7 @@ class EngineCall:
 
 
 async def run_calls(
-    engine: EngineClient, served: ServedModel, calls: list[EngineCall], account: RequestAccount
+    engine: EngineClient, adapter: LocalAdapter | None, calls: list[EngineCall], account: RequestAccount
 ) -> AsyncIterator[ChoiceDelta]:
     """Deltas of every call, interleaved as they come, with choice indexes made global.
 
@@ -88,14 +62,14 @@ async def run_calls(
     account.prompt_tokens = sum(len(c.prompt_token_ids) for c in calls)
     if len(calls) == 1:
         # The common case streams straight through: no pump task, no queue hop per engine step.
-        async for delta in _run_one(engine, served, calls[0], account):
+        async for delta in _run_one(engine, adapter, calls[0], account):
             yield delta
         return
     queue: asyncio.Queue = asyncio.Queue()
 
     async def pump(call: EngineCall) -> None:
         try:
-            async for delta in _run_one(engine, served, call, account):
+            async for delta in _run_one(engine, adapter, call, account):
                 await queue.put(delta_with_offset(delta, call.choice_offset))
             await queue.put(None)
         except OpenAIError as e:  # handed to the consumer, which raises it in the request's context
@@ -119,10 +93,10 @@ async def run_calls(
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _run_one(engine: EngineClient, served: ServedModel, call: EngineCall,
+async def _run_one(engine: EngineClient, adapter: LocalAdapter | None, call: EngineCall,
                    account: RequestAccount) -> AsyncIterator[ChoiceDelta]:
     """One engine request's deltas; counts tokens, maps failures to OpenAIError, aborts if left early."""
-    steps = engine.generate(call.request_id, call.prompt_token_ids, call.params, served.adapter)
+    steps = engine.generate(call.request_id, call.prompt_token_ids, call.params, adapter)
     finished = False
     try:
         async for step in steps:
@@ -149,21 +123,43 @@ def delta_with_offset(delta: ChoiceDelta, offset: int) -> ChoiceDelta:
 
 
 async def framed_stream(events: AsyncIterator[str], account: RequestAccount) -> AsyncIterator[str]:
-    """SSE lines of a response, ended by [DONE]; an error after the start becomes an error event."""
-    status = 200
+    """SSE lines of a response, ended by [DONE]; an error after the start becomes an error event.
+
+    The account closes (and the usage ledger commits) before [DONE], the response's last bytes.
+    """
+    status = STATUS_CLIENT_CLOSED
     try:
-        async for line in events:
-            yield line
-    except OpenAIError as e:
-        status = e.status
-        yield sse(e.body())
-    except (asyncio.CancelledError, GeneratorExit):
-        status = STATUS_CLIENT_CLOSED
-        raise
+        try:
+            async for line in events:
+                yield line
+            status = 200
+        except OpenAIError as e:
+            status = e.status
+            yield sse(e.body())
     finally:
         account.close(status)
     yield SSE_DONE
 
+
+async def traced(items: AsyncIterator, tracing, name: str, **attrs) -> AsyncIterator:
+    """`items`, inside one span from the first item asked for to the last (a no-op without tracing)."""
+    with tracing.span(name, **attrs) as span:
+        count = 0
+        async for item in items:
+            count += 1
+            yield item
+        span.set_attribute("items", count)
+
+
+@dataclass
+class Reply:
+    """A response body (an object, or SSE lines) and the headers to send with it."""
+
+    body: BaseModel | AsyncIterator[str]
+    headers: dict[str, str]
+
+
+SERVED_MODEL_HEADER = "x-loraplex-model"
 
 
 class GenerationService(ABC):
@@ -172,13 +168,16 @@ class GenerationService(ABC):
     Subclasses only say how a request becomes engine calls and how deltas become response objects.
     """
 
-    def __init__(self, engine: EngineClient, catalog: ModelCatalog, metrics: ServerMetrics):
+    def __init__(self, engine: EngineClient, catalog: ModelCatalog, gate: Gate, new_account, lifecycle: Lifecycle):
         self.engine = engine
         self.catalog = catalog
-        self.metrics = metrics
+        self.gate = gate
+        self.new_account = new_account
+        self.lifecycle = lifecycle
 
     @abstractmethod
-    def prepare(self, req, response_id: str) -> list[EngineCall]: ...
+    def prepare(self, req, response_id: str, cap: int | None) -> list[EngineCall]:
+        """Engine calls of the request; `cap` bounds each call's max_tokens (the tenant's limit)."""
 
     @abstractmethod
     def stream_events(self, req, served: ServedModel, response_id: str, created: int, calls: list[EngineCall],
@@ -190,26 +189,40 @@ class GenerationService(ABC):
 
     response_prefix = "cmpl"
 
-    async def create(self, req) -> BaseModel | AsyncIterator[str]:
-        account = RequestAccount(self.metrics, UNKNOWN_MODEL)
+    async def create(self, req, caller: Caller, request_id: str) -> Reply:
+        """Resolves, admits and runs the request. The account closes exactly once on every path."""
+        if self.lifecycle.draining:
+            raise OpenAIError(503, "The server is shutting down.", code="draining")
         response_id = f"{self.response_prefix}-{uuid.uuid4().hex}"
+        account: RequestAccount = self.new_account(request_id or response_id, caller)
+        self.lifecycle.enter()
+        account.cleanups.append(lambda a: self.lifecycle.leave())
         try:
-            served = self.catalog.resolve(req.model)
-            account.model = served.id
-            calls = self.prepare(req, response_id)
+            served = self.catalog.resolve(req.model, self.gate.may_use(caller))
+            account.model, account.version = served.name, served.version
+            cap = self.gate.max_tokens(caller, req.output_limit())
+            calls = self.prepare(req, response_id, cap)
+            reserve = sum(len(c.prompt_token_ids) + c.params.max_tokens * c.params.n for c in calls)
+            adapter = await self.gate.enter(caller, served, account, reserve)
         except OpenAIError as e:
             account.close(e.status)
             raise
+        except asyncio.CancelledError:
+            account.close(STATUS_CLIENT_CLOSED)
+            raise
+        headers = {SERVED_MODEL_HEADER: served.id, **self.gate.limit_headers(caller)}
         created = int(time.time())
-        deltas = run_calls(self.engine, served, calls, account)
+        tracing = self.gate.tracing
+        deltas = traced(run_calls(self.engine, adapter, calls, account), tracing, "engine.generate",
+                        model=served.id, tenant=caller.tenant, request_id=account.request_id)
         if req.stream:
             events = self.stream_events(req, served, response_id, created, calls, deltas, account)
-            return framed_stream(events, account)
+            return Reply(traced(framed_stream(events, account), tracing, "stream", model=served.id), headers)
         status = 500
         try:
             response = await self.collect(req, served, response_id, created, calls, deltas, account)
             status = 200
-            return response
+            return Reply(response, headers)
         except OpenAIError as e:
             status = e.status
             raise

@@ -46,12 +46,13 @@ class CompletionService(GenerationService):
                                   param="prompt" if len(batch) == 1 else f"prompt[{i}]")
         return batch
 
-    def prepare(self, req: CompletionRequest, response_id: str) -> list[EngineCall]:
+    def prepare(self, req: CompletionRequest, response_id: str, cap: int | None) -> list[EngineCall]:
         prompts = self.prompts(req)
         calls = []
         for i, ids in enumerate(prompts):
             param = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
             max_tokens = resolve_max_tokens(len(ids), req.output_limit(), self.engine.max_model_len, param)
+            max_tokens = min(max_tokens, cap) if cap is not None else max_tokens
             params = build_sampling_params(req, max_tokens, req.logprobs)
             request_id = response_id if len(prompts) == 1 else f"{response_id}-{i}"
             calls.append(EngineCall(request_id=request_id, prompt_token_ids=ids, params=params,

@@ -6,7 +6,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from vllm import AsyncEngineArgs, SamplingParams
@@ -43,21 +43,28 @@ def model_id_of(config: EngineConfig) -> str:
     return Path(config.model).name
 
 
-def _load_logger_factory(load: EngineLoad):
+StepListener = Callable[[float, int, bool], None]  # (wall time of the step, tokens in it, engine busy)
+
+
+def _load_logger_factory(load: EngineLoad, step_listeners: list[StepListener]):
     class _LoadLogger(StatLoggerBase):
-        """Keeps the engine core's latest scheduler snapshot for /metrics and tests."""
+        """Keeps the engine core's latest scheduler snapshot, and tells listeners of each engine step."""
 
         def __init__(self, vllm_config, engine_index: int = 0):
             pass
 
         def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0):
-            if scheduler_stats is None:
-                return
-            load.running = scheduler_stats.num_running_reqs
-            load.waiting = scheduler_stats.num_waiting_reqs
-            load.kv_cache_usage = scheduler_stats.kv_cache_usage
-            load.running_by_adapter = dict(scheduler_stats.running_lora_adapters)
-            load.steps += 1
+            if scheduler_stats is not None:
+                load.running = scheduler_stats.num_running_reqs
+                load.waiting = scheduler_stats.num_waiting_reqs
+                load.kv_cache_usage = scheduler_stats.kv_cache_usage
+                load.running_by_adapter = dict(scheduler_stats.running_lora_adapters)
+                load.steps += 1
+            if iteration_stats is not None:
+                tokens = iteration_stats.num_generation_tokens + iteration_stats.num_prompt_tokens
+                busy = scheduler_stats is None or scheduler_stats.num_running_reqs > 0 or tokens > 0
+                for listener in step_listeners:
+                    listener(iteration_stats.iteration_timestamp, tokens, busy)
 
         def log_engine_initialized(self):
             pass
@@ -90,6 +97,7 @@ class LoraplexEngine:
         self.max_model_len = config.max_model_len
         self._ids = AdapterIds()
         self._load = EngineLoad()
+        self._step_listeners: list[StepListener] = []
         self._llm: AsyncLLM | None = None
 
     def start(self) -> None:
@@ -110,7 +118,7 @@ class LoraplexEngine:
         )
         started = time.monotonic()
         logger.info("starting vLLM engine for %s (this takes 20-40 s on CPU)", self.model_id)
-        self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[_load_logger_factory(self._load)])
+        self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[_load_logger_factory(self._load, self._step_listeners)])
         logger.info("engine ready in %.1f s", time.monotonic() - started)
 
     @property
@@ -121,6 +129,32 @@ class LoraplexEngine:
 
     def tokenizer(self):
         return self.llm.get_tokenizer()
+
+    def add_step_listener(self, listener: StepListener) -> None:
+        """`listener(wall_time, tokens, busy)` runs on the event loop after every engine step."""
+        self._step_listeners.append(listener)
+
+    def adapter_id(self, adapter: LocalAdapter) -> int:
+        return self._ids.id_for(adapter.name, adapter.content_hash)
+
+    def engine_name(self, adapter: LocalAdapter) -> str:
+        return engine_lora_name(adapter.name, adapter.content_hash)
+
+    async def load_adapter(self, adapter: LocalAdapter) -> None:
+        """Loads the adapter into the engine's CPU cache (and a slot); the engine core does the reading."""
+        try:
+            await self.llm.add_lora(self.lora_request(adapter))
+        except vllm_exceptions.EngineDeadError as e:
+            raise EngineDeadError("the engine process died") from e
+        except Exception as e:
+            raise EngineError(f"the engine could not load adapter {adapter.key}: {e}") from e
+
+    async def unload_adapter(self, adapter_id: int) -> None:
+        await self.llm.remove_lora(adapter_id)
+
+    async def resident_adapter_ids(self) -> set[int]:
+        """Ids in the engine's CPU cache, as the engine core reports them."""
+        return set(await self.llm.list_loras())
 
     def lora_request(self, adapter: LocalAdapter) -> LoRARequest:
         return LoRARequest(

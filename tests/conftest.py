@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -85,45 +86,158 @@ def _alive(pid: int) -> bool:
     return "\nState:\tZ" not in status
 
 
+TENANTS = {
+    # name: (adapters it may use, priority, limits)
+    "acme": (["*"], "premium", {}),
+    "globex": (["globex-*"], "standard", {}),
+    "obs": (["*"], "standard", {}),
+    "tiny": (["sql-helper"], "standard", {"requests_per_minute": 3, "max_tokens": 16}),
+    "solo": (["*"], "standard", {"max_concurrent": 1}),
+    "tokmin": (["*"], "standard", {"tokens_per_minute": 120}),
+}
+PRICES = {"prompt": 1.0, "completion": 2.0}
+
+
+@dataclass(frozen=True)
+class Keys:
+    admin: str
+    tenants: dict[str, str]
+
+    def headers(self, tenant: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tenants[tenant]}"}
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.admin}"}
+
+
 @pytest.fixture(scope="session")
-def server(demo_home, adapter_dirs) -> str:
-    """Base URL of a real `loraplex serve` on the embedded default. Teardown checks no process is left."""
-    ARTIFACTS.mkdir(exist_ok=True)
-    port = _free_port()
-    log = (ARTIFACTS / "server.log").open("w")
-    env = {**os.environ, "LORAPLEX_HOME": str(demo_home), "VLLM_CPU_KVCACHE_SPACE": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "api.cli", "serve", "--port", str(port), "--max-num-seqs", "32",
-         # As many slots as demo adapters: the last slot is occupied, which is what vllm#48421 leaks.
-         "--max-loras", "3", "--max-cpu-loras", "4", "--adapter", f"{EXTRA_ADAPTER}={adapter_dirs[EXTRA_ADAPTER]}"],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"server exited with {proc.returncode}; see {ARTIFACTS / 'server.log'}")
+def keys() -> Keys:
+    from api.tenancy.keys import generate_key
+
+    return Keys(admin=generate_key(), tenants={name: generate_key() for name in TENANTS})
+
+
+@pytest.fixture(scope="session")
+def tenants_file(demo_home, keys) -> Path:
+    import yaml
+
+    from api.tenancy.keys import hash_key
+
+    config = {
+        "machine_cost_per_hour": 3.6,
+        "admin_key_hashes": [hash_key(keys.admin)],
+        "priority_classes": {"premium": {"weight": 4}, "standard": {"weight": 1}},
+        "pricing": {"default": PRICES},
+        "tenants": [
+            {"name": name, "key_hashes": [hash_key(keys.tenants[name])], "adapters": adapters,
+             "priority": priority, "limits": limits}
+            for name, (adapters, priority, limits) in TENANTS.items()
+        ],
+    }
+    path = demo_home / "tenants.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+class ServerProcess:
+    """One real `loraplex serve` (real vLLM engine) on loopback; restartable for lifecycle tests."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path):
+        self.argv, self.env, self.log_path = argv, env, log_path
+        self.port = _free_port()
+        self.proc: subprocess.Popen | None = None
+        self.children: set[int] = set()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        log = self.log_path.open("a")
+        self.proc = subprocess.Popen([*self.argv, "--port", str(self.port)], cwd=REPO, env=self.env,
+                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+        while True:
+            if self.proc.poll() is not None:
+                pytest.fail(f"server exited with {self.proc.returncode}; see {self.log_path}")
+            try:
+                if httpx.get(f"{self.url}/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                pytest.fail("server did not become ready in time")
+            time.sleep(1)
+        self.children = _descendants(self.proc.pid)
+
+    def ensure_running(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+
+    def kill9(self) -> None:
+        """SIGKILL to the whole process group: server, engine core and workers die at once."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> int:
+        """SIGTERM and wait; returns the exit code. Fails if any process of the server is left."""
+        self.proc.send_signal(signal.SIGTERM)
         try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail("server did not become healthy in time")
+            code = self.proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            self.kill9()
+            pytest.fail("server did not exit within 90 s of SIGTERM")
         time.sleep(1)
-    children = _descendants(proc.pid)
-    yield base
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail("server did not exit within 60 s of SIGTERM")
-    time.sleep(1)
-    left = [pid for pid in children | {proc.pid} if _alive(pid)]
-    log.close()
-    assert not left, f"processes left behind after shutdown: {left}"
+        left = [pid for pid in self.children | {self.proc.pid} if _alive(pid)]
+        assert not left, f"processes left behind after shutdown: {left}"
+        return code
+
+
+@pytest.fixture(scope="session")
+def server_process(demo_home, adapter_dirs, tenants_file):
+    ARTIFACTS.mkdir(exist_ok=True)
+    log_path = ARTIFACTS / "server.log"
+    log_path.write_text("")
+    env = {**os.environ, "LORAPLEX_HOME": str(demo_home), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    argv = [sys.executable, "-m", "api.cli", "serve", "--max-num-seqs", "32", "--config", str(tenants_file),
+            # Two slots for four demo adapters and up to 200 published ones: slots are rewritten all the
+            # time, and the last slot is occupied, which is what vllm#48421 leaks into.
+            "--max-loras", "2", "--max-cpu-loras", "8", "--drain-timeout-s", "60",
+            "--adapter", f"{EXTRA_ADAPTER}={adapter_dirs[EXTRA_ADAPTER]}"]
+    process = ServerProcess(argv, env, log_path)
+    process.start()
+    yield process
+    if process.proc.poll() is None:
+        process.stop()
+
+
+@pytest.fixture(scope="session")
+def server(server_process) -> str:
+    """Base URL of the session's real server (restarted if a lifecycle test stopped it)."""
+    server_process.ensure_running()
+    return server_process.url
+
+
+@pytest.fixture(scope="session")
+def acme(keys) -> dict[str, str]:
+    """Headers of the tenant every general test uses (it may use every model)."""
+    return keys.headers("acme")
+
+
+@pytest.fixture(scope="session")
+def registry(demo_home, demo_assets):
+    """The same registry the session server reads (its index and store), for publishing during tests."""
+    from adapters.base_model import base_model_spec
+    from adapters.registry import Registry, RegistryConfig
+
+    config = RegistryConfig(store_uri=str(demo_home / "registry" / "blobs"),
+                            index_path=str(demo_home / "registry" / "index.sqlite"))
+    reg = Registry.from_config(config, base_model_spec(demo_assets.model_dir), max_lora_rank=64)
+    yield reg
+    reg.close()
 
 
 @pytest.fixture(scope="session")
@@ -141,17 +255,17 @@ def adapter_names() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def openai_client(server):
+def openai_client(server, keys):
     from openai import OpenAI
 
-    return OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0, timeout=120)
+    return OpenAI(base_url=f"{server}/v1", api_key=keys.tenants["acme"], max_retries=0, timeout=120)
 
 
 @pytest.fixture(scope="session")
-def async_openai_client(server):
+def async_openai_client(server, keys):
     from openai import AsyncOpenAI
 
-    return AsyncOpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0, timeout=120)
+    return AsyncOpenAI(base_url=f"{server}/v1", api_key=keys.tenants["acme"], max_retries=0, timeout=120)
 
 
 class HFReference:
@@ -163,18 +277,20 @@ class HFReference:
         self._models: dict[str | None, object] = {}
         self._cache: dict[tuple, list[int]] = {}
 
-    def model(self, adapter: str | None):
+    def model(self, adapter: str | Path | None):
+        """`adapter`: a demo adapter's name, any adapter folder, or None for the base model."""
         import torch
         from peft import PeftModel
         from transformers import AutoModelForCausalLM
 
         if adapter not in self._models:
             base = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
-            model = base if adapter is None else PeftModel.from_pretrained(base, self.adapter_dirs[adapter])
+            folder = adapter if isinstance(adapter, Path) else self.adapter_dirs.get(adapter)
+            model = base if adapter is None else PeftModel.from_pretrained(base, folder)
             self._models[adapter] = model.eval()
         return self._models[adapter]
 
-    def greedy(self, adapter: str | None, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+    def greedy(self, adapter: str | Path | None, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
         import torch
 
         key = (adapter, tuple(prompt_ids), max_new_tokens)

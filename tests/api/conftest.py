@@ -7,8 +7,11 @@ import asyncio
 import httpx
 import pytest
 
+from adapters.base_model import base_model_spec
+from adapters.registry import Registry, RegistryConfig
 from api.app import create_app
-from api.catalog import ModelCatalog
+from api.tenancy.config import TenancyConfig
+from api.wiring import ServingOptions, build_server
 from engine.types import ChoiceDelta, EngineError, EngineLoad
 
 
@@ -73,8 +76,18 @@ def fake_engine(small_tokenizer):
 
 
 @pytest.fixture
-def fake_app(fake_engine):
-    return create_app(fake_engine, ModelCatalog(fake_engine.model_id, {}))
+def fake_server(fake_engine, demo_assets, tmp_path):
+    """The real server parts around the fake engine: an empty registry, the open tenant, a fresh ledger."""
+    base = base_model_spec(demo_assets.model_dir)
+    config = RegistryConfig(store_uri=str(tmp_path / "blobs"), index_path=str(tmp_path / "index.sqlite"))
+    registry = Registry.from_config(config, base, max_lora_rank=64)
+    options = ServingOptions(ledger_path=str(tmp_path / "usage.sqlite"))
+    return build_server(fake_engine, registry, TenancyConfig.open_default(), options, None)
+
+
+@pytest.fixture
+def fake_app(fake_server):
+    return create_app(fake_server)
 
 
 @pytest.fixture

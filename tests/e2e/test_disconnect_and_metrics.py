@@ -34,11 +34,11 @@ def wait_until_idle(server: str, timeout: float = 30) -> dict:
         time.sleep(0.2)
 
 
-def test_dropped_stream_is_aborted(server, adapter_names):
+def test_dropped_stream_is_aborted(server, adapter_names, acme):
     body = {"model": adapter_names[0], "prompt": "tell me a long story", "max_tokens": 900,
             "ignore_eos": True, "stream": True}
     before = scrape(server)
-    with httpx.Client(base_url=server, timeout=60) as client:
+    with httpx.Client(base_url=server, headers=acme, timeout=60) as client:
         with client.stream("POST", "/v1/completions", json=body) as response:
             received = 0
             for line in response.iter_lines():
@@ -51,38 +51,50 @@ def test_dropped_stream_is_aborted(server, adapter_names):
     samples = wait_until_idle(server)
     assert value(samples, "loraplex_engine_unfinished_requests") == 0
     assert value(samples, "loraplex_engine_running_requests") == 0
-    closed = value(samples, "loraplex_requests_total", model=adapter_names[0], status="499")
-    assert closed == value(before, "loraplex_requests_total", model=adapter_names[0], status="499") + 1
-    generated = value(samples, "loraplex_completion_tokens_total", model=adapter_names[0]) - value(
-        before, "loraplex_completion_tokens_total", model=adapter_names[0])
+    labels = {"tenant": "acme", "model": adapter_names[0], "version": "1"}
+    closed = value(samples, "loraplex_requests_total", **labels, status="499")
+    assert closed == value(before, "loraplex_requests_total", **labels, status="499") + 1
+    generated = value(samples, "loraplex_completion_tokens_total", **labels) - value(
+        before, "loraplex_completion_tokens_total", **labels)
     assert 5 <= generated < 900
     # Still serving.
-    ok = httpx.post(f"{server}/v1/completions", json={**body, "stream": False, "max_tokens": 4}, timeout=60)
+    ok = httpx.post(f"{server}/v1/completions", json={**body, "stream": False, "max_tokens": 4}, timeout=60,
+                    headers=acme)
     assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 4
 
 
-def test_metrics_count_known_traffic(server, base_model_id):
+def test_metrics_count_known_traffic(server, base_model_id, keys):
+    """Tenant `obs` sends nothing else, so its series move by exactly this traffic."""
+    obs = keys.headers("obs")
     wait_until_idle(server)
     before = scrape(server)
     prompt_tokens = completion_tokens = 0
     for max_tokens in (3, 5, 7):
-        response = httpx.post(f"{server}/v1/completions", timeout=60, json={
+        response = httpx.post(f"{server}/v1/completions", timeout=60, headers=obs, json={
             "model": base_model_id, "prompt": "one two three", "max_tokens": max_tokens, "ignore_eos": True})
         usage = response.json()["usage"]
         prompt_tokens += usage["prompt_tokens"]
         completion_tokens += usage["completion_tokens"]
-    httpx.post(f"{server}/v1/completions", json={"model": base_model_id, "prompt": "x", "max_tokens": -1})
+    httpx.post(f"{server}/v1/completions", json={"model": base_model_id, "prompt": "x", "max_tokens": -1},
+               headers=obs)
     after = scrape(server)
 
     def delta(name, **labels):
         return value(after, name, **labels) - value(before, name, **labels)
 
-    assert delta("loraplex_requests_total", model=base_model_id, status="200") == 3
-    assert delta("loraplex_requests_total", model="unknown", status="400") == 1
-    assert delta("loraplex_prompt_tokens_total", model=base_model_id) == prompt_tokens
-    assert delta("loraplex_completion_tokens_total", model=base_model_id) == completion_tokens == 15
-    assert delta("loraplex_time_to_first_token_seconds_count", model=base_model_id) == 3
-    assert delta("loraplex_e2e_request_latency_seconds_count", model=base_model_id) == 3
+    base = {"tenant": "obs", "model": base_model_id, "version": ""}
+    assert delta("loraplex_requests_total", **base, status="200") == 3
+    assert delta("loraplex_requests_total", tenant="obs", model="unknown", version="", status="400") == 1
+    assert delta("loraplex_prompt_tokens_total", **base) == prompt_tokens
+    assert delta("loraplex_completion_tokens_total", **base) == completion_tokens == 15
+    assert delta("loraplex_time_to_first_token_seconds_count", **base) == 3
+    assert delta("loraplex_e2e_request_latency_seconds_count", **base) == 3
+    assert delta("loraplex_time_per_output_token_seconds_count", **base) == 3
+    # 3, 5 and 7 tokens streamed one per step: 2 + 4 + 6 gaps between chunks.
+    assert delta("loraplex_inter_token_latency_seconds_count", **base) == 12
+    assert delta("loraplex_slo_requests_total", **base, objective="availability", result="met") == 3
+    price = (prompt_tokens * 1.0 + completion_tokens * 2.0) / 1e6
+    assert abs(delta("loraplex_price_usd_total", **base) - price) < 1e-12
 
 
 def test_health(server):

@@ -36,14 +36,14 @@ def test_adapters_change_outputs(hf_reference, tokenizer, adapter_names):
     assert len({tuple(o) for o in outputs.values()}) == len(adapter_names)
 
 
-def test_each_model_alone_matches_hf(server, hf_reference, tokenizer, base_model_id, adapter_names):
-    with httpx.Client(base_url=server, timeout=120) as client:
+def test_each_model_alone_matches_hf(server, acme, hf_reference, tokenizer, base_model_id, adapter_names):
+    with httpx.Client(base_url=server, headers=acme, timeout=120) as client:
         for model, adapter in _models(base_model_id, adapter_names):
             for prompt in PROMPTS:
                 ids = tokenizer.encode(prompt, add_special_tokens=False)
                 body = client.post("/v1/completions", json=_completion_body(model, ids)).json()
                 choice = body["choices"][0]
-                assert body["model"] == model
+                assert body["model"] == (model if adapter is None else f"{model}@1")
                 assert choice["token_ids"] == hf_reference.greedy(adapter, ids, MAX_TOKENS), (model, prompt)
                 assert body["usage"] == {"prompt_tokens": len(ids), "completion_tokens": MAX_TOKENS,
                                          "total_tokens": len(ids) + MAX_TOKENS}
@@ -67,13 +67,16 @@ async def _stream_tokens(client: httpx.AsyncClient, body: dict) -> tuple[list[in
     return tokens, first, last
 
 
-async def test_mixed_batch_matches_hf(server, hf_reference, tokenizer, base_model_id, adapter_names):
-    """Base and every adapter in flight together; base requests must get no adapter (vllm#48421)."""
+@pytest.mark.parametrize("pair", [(0, 1), (1, 2), (2, 0)])
+async def test_mixed_batch_matches_hf(server, acme, hf_reference, tokenizer, base_model_id, adapter_names, pair):
+    """The base model and two adapters in flight together, filling both engine slots: base requests must get
+    no adapter (vllm#48421), whichever adapter holds the last slot."""
+    models = [(base_model_id, None)] + [(adapter_names[i], adapter_names[i]) for i in pair]
     jobs = []
-    for model, adapter in _models(base_model_id, adapter_names) * 2:
+    for model, adapter in models * 2:
         for prompt in PROMPTS:
             jobs.append((model, adapter, tokenizer.encode(prompt, add_special_tokens=False)))
-    async with httpx.AsyncClient(base_url=server, timeout=180) as client:
+    async with httpx.AsyncClient(base_url=server, headers=acme, timeout=180) as client:
         results = await asyncio.gather(
             *[_stream_tokens(client, _completion_body(model, ids, stream=True)) for model, _, ids in jobs]
         )
@@ -83,12 +86,12 @@ async def test_mixed_batch_matches_hf(server, hf_reference, tokenizer, base_mode
         assert tokens == hf_reference.greedy(adapter, ids, MAX_TOKENS), model
 
 
-def test_slot_reuse_stays_exact(server, hf_reference, tokenizer, adapter_dirs):
-    """Four adapters take turns in three engine slots: each load rewrites a slot in place, and the grouped
+def test_slot_reuse_stays_exact(server, acme, hf_reference, tokenizer, adapter_dirs):
+    """Four adapters take turns in two engine slots: each load rewrites a slot in place, and the grouped
     ops' cached fused weights must follow (engine/lora_fused.py)."""
     ids = tokenizer.encode(PROMPTS[1], add_special_tokens=False)
     order = list(adapter_dirs) * 2 + list(reversed(adapter_dirs))
-    with httpx.Client(base_url=server, timeout=120) as client:
+    with httpx.Client(base_url=server, headers=acme, timeout=120) as client:
         for name in order:
             body = client.post("/v1/completions", json=_completion_body(name, ids)).json()
             assert body["choices"][0]["token_ids"] == hf_reference.greedy(name, ids, MAX_TOKENS), name

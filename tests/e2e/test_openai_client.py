@@ -7,14 +7,22 @@ import openai
 import pytest
 
 
+def served_id(model: str, base_model_id: str) -> str:
+    """Responses name the exact version: the demo adapters are version 1 of their names."""
+    return model if model == base_model_id else f"{model}@1"
+
+
 def test_model_list(openai_client, base_model_id, adapter_names, adapter_dirs):
     models = {m.id: m for m in openai_client.models.list().data}
-    assert set(models) == {base_model_id, *adapter_dirs}
+    assert {base_model_id, *adapter_dirs} <= set(models)
     assert set(adapter_names) < set(adapter_dirs)
-    assert models[base_model_id].model_extra["parent"] is None
+    assert models[base_model_id].model_extra.get("parent") is None
     for name in adapter_names:
         assert models[name].model_extra["parent"] == base_model_id
-    assert openai_client.models.retrieve(adapter_names[0]).id == adapter_names[0]
+        assert models[name].model_extra["versions"] == [1]
+        assert models[name].model_extra["aliases"] == {"stable": 1}
+    assert openai_client.models.retrieve(adapter_names[0]).id == f"{adapter_names[0]}@1"
+    assert openai_client.models.retrieve(f"{adapter_names[0]}@1").id == f"{adapter_names[0]}@1"
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -27,7 +35,7 @@ def test_chat_switches_model_per_request(openai_client, base_model_id, adapter_n
             chunks = list(openai_client.chat.completions.create(
                 stream=True, stream_options={"include_usage": True}, **kwargs))
             assert chunks[0].choices[0].delta.role == "assistant"
-            assert {c.model for c in chunks} == {model}
+            assert {c.model for c in chunks} == {served_id(model, base_model_id)}
             text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
             usage = chunks[-1].usage
             assert chunks[-1].choices == []
@@ -35,7 +43,7 @@ def test_chat_switches_model_per_request(openai_client, base_model_id, adapter_n
             assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
         else:
             response = openai_client.chat.completions.create(**kwargs)
-            assert response.model == model
+            assert response.model == served_id(model, base_model_id)
             text, usage = response.choices[0].message.content, response.usage
             assert response.choices[0].finish_reason == "length"
         assert usage.completion_tokens == 12
@@ -143,17 +151,17 @@ def test_unknown_model_is_404(openai_client):
 
 
 @pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b'{"model": 3, "messages": "hi"}', b""])
-def test_malformed_bodies_are_openai_400(server, body):
+def test_malformed_bodies_are_openai_400(server, body, acme):
     response = httpx.post(f"{server}/v1/chat/completions", content=body,
-                          headers={"content-type": "application/json"})
+                          headers={"content-type": "application/json", **acme})
     assert response.status_code == 400
     assert set(response.json()["error"]) == {"message", "type", "param", "code"}
 
 
-def test_request_id_echoed_or_generated(server, base_model_id):
-    given = httpx.get(f"{server}/v1/models", headers={"X-Request-Id": "trace-123"})
+def test_request_id_echoed_or_generated(server, base_model_id, acme):
+    given = httpx.get(f"{server}/v1/models", headers={"X-Request-Id": "trace-123", **acme})
     assert given.headers["x-request-id"] == "trace-123"
-    generated = httpx.get(f"{server}/v1/models")
+    generated = httpx.get(f"{server}/v1/models", headers=acme)
     assert len(generated.headers["x-request-id"]) == 32
 
 

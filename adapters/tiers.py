@@ -1,0 +1,251 @@
+"""The three adapter tiers in front of the engine: engine slots, the engine's CPU cache, and the local disk.
+
+The disk tier is `AdapterDiskCache` (blobs fetched from the registry's store). The CPU tier is vLLM's own
+LoRA cache in the engine core; this class decides what leaves it (LRU, never a pinned adapter) by removing
+a victim before loading a newcomer, so vLLM's own eviction never has to run. Engine slots are managed by
+vLLM per step; they are mirrored here from the adapters each step ran, for hit/miss counts and residency.
+
+Loads are single-flight per adapter and run off the event loop (fetch and validation in a thread; the engine
+core reads the weights in its own process), so other streams keep flowing while an adapter loads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from adapters.local import LocalAdapter
+from adapters.manifest import Manifest
+
+logger = logging.getLogger(__name__)
+
+TIER_ENGINE, TIER_CPU, TIER_DISK = "engine", "cpu", "disk"
+TIERS = (TIER_ENGINE, TIER_CPU, TIER_DISK)
+
+
+class TierEvents(Protocol):
+    """Where hits, misses, loads and evictions are reported (the server's metrics)."""
+
+    def cache_hit(self, adapter: str, tier: str) -> None: ...
+
+    def cache_miss(self, adapter: str, tier: str) -> None: ...
+
+    def observe_load(self, tier: str, seconds: float) -> None: ...
+
+    def evicted(self, adapter: str, tier: str) -> None: ...
+
+    def set_resident(self, adapter: str, tier: str, resident: bool) -> None: ...
+
+
+class DiskTier(Protocol):
+    """The local-disk tier (`AdapterDiskCache`): pinned names are never evicted from disk."""
+
+    def fetch(self, manifest: Manifest) -> tuple[Path, bool]: ...
+
+    def pin(self, name: str) -> None: ...
+
+    def unpin(self, name: str) -> None: ...
+
+
+class AdapterEngine(Protocol):
+    """What the tiers need from the engine (`LoraplexEngine`)."""
+
+    def adapter_id(self, adapter: LocalAdapter) -> int: ...
+
+    def engine_name(self, adapter: LocalAdapter) -> str: ...
+
+    async def load_adapter(self, adapter: LocalAdapter) -> None: ...
+
+    async def unload_adapter(self, adapter_id: int) -> None: ...
+
+    async def resident_adapter_ids(self) -> set[int]: ...
+
+
+@dataclass(frozen=True)
+class Acquired:
+    """An adapter ready for the engine, and where it was found."""
+
+    adapter: LocalAdapter
+    label: str  # name@version
+    found_in: str  # the fastest tier that held it: engine, cpu, disk, or "store" (fetched)
+    load_seconds: float
+
+
+def label_of(manifest: Manifest) -> str:
+    return f"{manifest.name}@{manifest.version}"
+
+
+class AdapterTiers:
+    def __init__(self, engine: AdapterEngine, disk: DiskTier, validate: Callable[[Manifest, Path], None],
+                 events: TierEvents, max_loras: int, max_cpu_loras: int, pinned: frozenset[str] = frozenset()):
+        self._engine = engine
+        self._disk = disk
+        self._validate = validate
+        self._events = events
+        self._max_loras = max_loras
+        self._max_cpu = max_cpu_loras
+        self._pinned = pinned
+        self._cpu: OrderedDict[int, tuple[LocalAdapter, str]] = OrderedDict()  # LRU first
+        self._slots: OrderedDict[str, str] = OrderedDict()  # engine name -> label, LRU first
+        self._in_use: Counter[int] = Counter()
+        self._loading: dict[int, asyncio.Future] = {}
+        self._engine_lock = asyncio.Lock()
+
+    def is_pinned(self, manifest: Manifest) -> bool:
+        return manifest.name in self._pinned
+
+    async def acquire(self, manifest: Manifest) -> Acquired:
+        """The adapter, loaded into the engine's CPU cache; call `release` when its request ends."""
+        label = label_of(manifest)
+        started = time.monotonic()
+        adapter, found_in = await self._ensure_loaded(manifest, label)
+        adapter_id = self._engine.adapter_id(adapter)
+        self._in_use[adapter_id] += 1
+        return Acquired(adapter, label, found_in, time.monotonic() - started)
+
+    def release(self, acquired: Acquired) -> None:
+        adapter_id = self._engine.adapter_id(acquired.adapter)
+        self._in_use[adapter_id] -= 1
+        if self._in_use[adapter_id] <= 0:
+            del self._in_use[adapter_id]
+
+    async def _ensure_loaded(self, manifest: Manifest, label: str) -> tuple[LocalAdapter, str]:
+        adapter = _local_adapter(manifest, path=None)
+        adapter_id = self._engine.adapter_id(adapter)
+        engine_name = self._engine.engine_name(adapter)
+        if engine_name in self._slots:
+            self._events.cache_hit(label, TIER_ENGINE)
+            self._cpu.move_to_end(adapter_id)
+            return self._cpu[adapter_id][0], TIER_ENGINE
+        self._events.cache_miss(label, TIER_ENGINE)
+        if adapter_id in self._cpu:
+            self._events.cache_hit(label, TIER_CPU)
+            self._cpu.move_to_end(adapter_id)
+            return self._cpu[adapter_id][0], TIER_CPU
+        self._events.cache_miss(label, TIER_CPU)
+        pending = self._loading.get(adapter_id)
+        if pending is None:
+            pending = asyncio.get_running_loop().create_future()
+            self._loading[adapter_id] = pending
+            try:
+                pending.set_result(await self._load(manifest, label, adapter_id))
+            except BaseException as e:
+                pending.set_exception(e)
+                pending.exception()  # retrieved here, so a failed load with no other waiter is not logged twice
+                raise
+            finally:
+                del self._loading[adapter_id]
+        return await asyncio.shield(pending)
+
+    async def _load(self, manifest: Manifest, label: str, adapter_id: int) -> tuple[LocalAdapter, str]:
+        # The engine may re-read the folder whenever it reloads the adapter, so the folder stays on disk
+        # for as long as the adapter is in the CPU tier.
+        self._disk.pin(manifest.name)
+        try:
+            return await self._load_pinned(manifest, label, adapter_id)
+        except BaseException:
+            self._disk.unpin(manifest.name)
+            raise
+
+    async def _load_pinned(self, manifest: Manifest, label: str, adapter_id: int) -> tuple[LocalAdapter, str]:
+        started = time.monotonic()
+        path, disk_hit = await asyncio.to_thread(self._disk.fetch, manifest)
+        if disk_hit:
+            self._events.cache_hit(label, TIER_DISK)
+        else:
+            self._events.cache_miss(label, TIER_DISK)
+            self._events.observe_load(TIER_DISK, time.monotonic() - started)
+        self._events.set_resident(label, TIER_DISK, True)
+        await asyncio.to_thread(self._validate, manifest, path)
+        adapter = _local_adapter(manifest, path)
+        async with self._engine_lock:
+            await self._make_room()
+            loaded_at = time.monotonic()
+            await self._engine.load_adapter(adapter)
+            self._events.observe_load(TIER_CPU, time.monotonic() - loaded_at)
+            self._cpu[adapter_id] = (adapter, label)
+            self._events.set_resident(label, TIER_CPU, True)
+            await self._reconcile()
+        return adapter, TIER_DISK if disk_hit else "store"
+
+    async def _make_room(self) -> None:
+        """Evicts LRU unpinned adapters, idle ones first, until one more fits in the CPU tier."""
+        while len(self._cpu) >= self._max_cpu:
+            victim = self._victim()
+            if victim is None:
+                return  # everything is pinned: vLLM's own LRU decides
+            await self._evict_id(victim)
+
+    def _victim(self) -> int | None:
+        unpinned = [i for i, (a, _) in self._cpu.items() if a.name not in self._pinned]
+        idle = [i for i in unpinned if self._in_use[i] == 0]
+        candidates = idle or unpinned
+        return candidates[0] if candidates else None
+
+    async def _evict_id(self, adapter_id: int) -> None:
+        adapter, label = self._cpu.pop(adapter_id)
+        await self._engine.unload_adapter(adapter_id)
+        self._left_cpu(adapter, label)
+
+    def _left_cpu(self, adapter: LocalAdapter, label: str) -> None:
+        self._events.evicted(label, TIER_CPU)
+        self._events.set_resident(label, TIER_CPU, False)
+        self._drop_slot(self._engine.engine_name(adapter))
+        self._disk.unpin(adapter.name)
+
+    async def _reconcile(self) -> None:
+        """Drops from the mirror whatever the engine no longer holds."""
+        resident = await self._engine.resident_adapter_ids()
+        for adapter_id in [i for i in self._cpu if i not in resident]:
+            self._left_cpu(*self._cpu.pop(adapter_id))
+
+    def _drop_slot(self, engine_name: str) -> None:
+        label = self._slots.pop(engine_name, None)
+        if label is not None:
+            self._events.set_resident(label, TIER_ENGINE, False)
+
+    def on_step(self, running_by_engine_name: dict[str, int]) -> None:
+        """Mirrors vLLM's slot LRU: every adapter that ran this step holds a slot, the least recent leave."""
+        labels = {self._engine.engine_name(a): label for a, label in self._cpu.values()}
+        for engine_name in running_by_engine_name:
+            label = labels.get(engine_name)
+            if label is None:
+                continue
+            if engine_name not in self._slots:
+                self._events.set_resident(label, TIER_ENGINE, True)
+            self._slots[engine_name] = label
+            self._slots.move_to_end(engine_name)
+        while len(self._slots) > self._max_loras:
+            _, label = self._slots.popitem(last=False)
+            self._events.evicted(label, TIER_ENGINE)
+            self._events.set_resident(label, TIER_ENGINE, False)
+
+    async def evict(self, manifest: Manifest) -> bool:
+        """Admin: drop the adapter from the engine's caches. False if it was not there."""
+        adapter_id = self._engine.adapter_id(_local_adapter(manifest, path=None))
+        async with self._engine_lock:
+            if adapter_id not in self._cpu:
+                return False
+            await self._evict_id(adapter_id)
+        return True
+
+    def residency(self) -> dict[str, list[str]]:
+        """Labels resident in the engine tiers, most recently used last."""
+        return {TIER_ENGINE: list(self._slots.values()), TIER_CPU: [label for _, label in self._cpu.values()]}
+
+
+def _local_adapter(manifest: Manifest, path: Path | None) -> LocalAdapter:
+    return LocalAdapter(
+        name=manifest.name,
+        path=path if path is not None else Path("/nonexistent"),
+        content_hash=manifest.content_hash,
+        rank=manifest.rank,
+        alpha=manifest.alpha,
+        target_modules=tuple(manifest.target_modules),
+    )

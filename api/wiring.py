@@ -1,0 +1,212 @@
+"""Builds one server's parts from its configs and holds them: what the routes find in `app.state.server`."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from prometheus_client import CollectorRegistry
+from pydantic import BaseModel, ConfigDict, Field
+
+from adapters.disk_cache import AdapterDiskCache, CacheEntry
+from adapters.manifest import Manifest
+from adapters.registry import Registry
+from adapters.tiers import TIER_DISK, AdapterTiers
+from adapters.validation import ValidationLimits, validate_adapter_dir
+from api.accounting import OutcomeSink, RequestAccount
+from api.auth import Authenticator
+from api.catalog import ModelCatalog
+from api.gate import Caller, Gate
+from api.lifecycle import Lifecycle
+from api.observability.dashboard import dashboard_snapshot
+from api.observability.request_metrics import AdmissionCounts, EngineGauges, Metrics
+from api.observability.requestlog import log_request
+from api.observability.tracing import Tracing
+from api.serving_admin import AdminService
+from api.serving_chat import ChatService
+from api.serving_completion import CompletionService
+from api.tenancy.admission import FairAdmission
+from api.tenancy.config import TenancyConfig
+from api.tenancy.ledger import UsageLedger, default_ledger_path
+from api.tenancy.limits import TenantLimiter, day_start, month_start
+from api.tenancy.pricing import ComputeMeter, PriceTable
+from engine.types import EngineClient
+
+logger = logging.getLogger(__name__)
+
+
+class ServingOptions(BaseModel):
+    """How the server around the engine behaves: tenants, ledger, drain, metrics, tracing, admin."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    config: str | None = Field(default=None, description="Tenants YAML (keys, limits, prices, SLOs); "
+                               "without it the server runs open with one default tenant.")
+    ledger_path: str | None = Field(default=None, description="Usage ledger SQLite file "
+                                    "(default: $LORAPLEX_HOME/usage.sqlite).")
+    ledger_synchronous: Literal["NORMAL", "FULL"] = Field(
+        default="NORMAL", description="SQLite synchronous mode of the ledger: NORMAL survives a killed "
+        "process, FULL also a power loss.")
+    drain_timeout_s: float = Field(default=30.0, ge=0, description="On SIGTERM, how long running requests "
+                                   "may take to finish before the server exits.")
+    metrics_top_n: int = Field(default=50, ge=1, description="Distinct tenants, models and adapters with "
+                               "their own metric labels; the rest are labelled 'other'.")
+    otlp_endpoint: str | None = Field(default=None, description="OTLP/HTTP endpoint for traces "
+                                      "(default: no tracing).")
+    prewarm_on_promote: bool = Field(default=False, description="Load an adapter version into the engine "
+                                     "when it is promoted.")
+    max_upload_bytes: int = Field(default=512 * 2**20, ge=1, description="Largest adapter archive the "
+                                  "admin API accepts, in bytes.")
+
+
+@dataclass
+class Server:
+    engine: EngineClient
+    catalog: ModelCatalog
+    registry: Registry
+    tenancy: TenancyConfig
+    options: ServingOptions
+    auth: Authenticator
+    metrics: Metrics
+    ledger: UsageLedger
+    gate: Gate
+    tiers: AdapterTiers | None
+    disk: AdapterDiskCache | None
+    prices: PriceTable
+    meter: ComputeMeter
+    tracing: Tracing
+    lifecycle: Lifecycle
+    limiters: dict[str, TenantLimiter]
+    admission: FairAdmission
+    pins: tuple[str, ...] = ()
+    chat: ChatService = field(init=False)
+    completion: CompletionService = field(init=False)
+    admin: AdminService = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sink = OutcomeSink([self._observe, self._record, log_request])
+        self.chat = ChatService(self.engine, self.catalog, self.gate, self.new_account, self.lifecycle)
+        self.completion = CompletionService(self.engine, self.catalog, self.gate, self.new_account,
+                                            self.lifecycle)
+        self.admin = AdminService(self.registry, self.tiers, self.options.max_upload_bytes,
+                                  self.options.prewarm_on_promote)
+
+    def _observe(self, outcome, finish) -> None:
+        self.metrics.observe(outcome)
+
+    def _record(self, outcome, finish) -> None:
+        if outcome.tenant in self.limiters:  # refused before its tenant was known: metrics only
+            self.ledger.record(outcome, finish)
+
+    def new_account(self, request_id: str, caller: Caller) -> RequestAccount:
+        tenant = self.tenancy.tenant(caller.tenant)
+        account = RequestAccount(self.sink, request_id, tenant=caller.tenant, priority=tenant.priority,
+                                 cost_per_token=lambda: self.meter.usd_per_token)
+        account.price_of = lambda p, c: self.prices.price(caller.tenant, account.model, p, c)
+        self.metrics.in_flight.inc()
+        account.cleanups.append(lambda a: self.metrics.in_flight.dec())
+        return account
+
+    async def started(self) -> None:
+        """After the engine started: listen to its steps, warm the pinned adapters, then report ready."""
+        add_listener = getattr(self.engine, "add_step_listener", None)
+        if add_listener is not None:
+            add_listener(self._on_step)
+        for name in self.pins:
+            manifest = self.registry.resolve(name)
+            result = await self.admin.load(manifest)
+            logger.info("pinned %s (%s)", result["model"], result["found_in"])
+        self.lifecycle.ready = True
+
+    def _on_step(self, wall: float, tokens: int, busy: bool) -> None:
+        self.meter.on_step(wall, tokens, busy)
+        if self.tiers is not None:
+            self.tiers.on_step(self.engine.load().running_by_adapter)
+
+    def dashboard_data(self) -> dict:
+        residency = self.tiers.residency() if self.tiers is not None else {}
+        if self.disk is not None:
+            residency[TIER_DISK] = [e.label for e in self.disk.entries()]
+        return dashboard_snapshot(self.metrics, residency, time.time())
+
+    def close(self) -> None:
+        self.tracing.shutdown()
+        self.ledger.close()
+        self.registry.close()
+
+
+@dataclass(frozen=True)
+class TierSizes:
+    max_loras: int
+    max_cpu_loras: int
+    disk_dir: Path
+    disk_bytes: int
+
+
+def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfig, options: ServingOptions,
+                 tiers_sizes: TierSizes | None, pins: tuple[str, ...] = (),
+                 max_running: int | None = None) -> Server:
+    """`tiers_sizes` None: no adapter tiers (the fake engine of HTTP-layer tests). `max_running` is the
+    engine's batch size, used unless the tenants file sets its own admission size."""
+    metrics = Metrics(CollectorRegistry(), options.metrics_top_n, tenancy.slo_for)
+    ledger = UsageLedger(Path(options.ledger_path) if options.ledger_path else default_ledger_path(),
+                         synchronous=options.ledger_synchronous)
+    limiters = _limiters(tenancy, ledger)
+    if "max_running" in tenancy.admission.model_fields_set or max_running is None:
+        max_running = tenancy.admission.max_running
+    admission = FairAdmission(max_running, tenancy.admission.max_queued)
+    tiers = disk = None
+    if tiers_sizes is not None:
+        disk = AdapterDiskCache(tiers_sizes.disk_dir, tiers_sizes.disk_bytes, registry.store,
+                                on_evict=lambda entry: _disk_evicted(metrics, entry))
+        for name in pins:
+            disk.pin(name)
+        limits = ValidationLimits(registry.limits.max_lora_rank, registry.limits.max_bytes)
+
+        def validate(manifest: Manifest, path: Path) -> None:
+            validate_adapter_dir(manifest.name, path, registry.base, limits)
+
+        tiers = AdapterTiers(engine, disk, validate, metrics, tiers_sizes.max_loras, tiers_sizes.max_cpu_loras,
+                             frozenset(pins))
+    metrics.set_engine_source(lambda: _engine_gauges(engine))
+    metrics.set_admission_source(lambda: _admission_counts(admission))
+    tracing = Tracing(options.otlp_endpoint)
+    gate = Gate(tenancy, limiters, admission, tiers, tracing)
+    return Server(
+        engine=engine, catalog=ModelCatalog(engine.model_id, registry), registry=registry, tenancy=tenancy,
+        options=options, auth=Authenticator(tenancy), metrics=metrics, ledger=ledger, gate=gate, tiers=tiers,
+        disk=disk, prices=PriceTable(tenancy), meter=ComputeMeter(tenancy.machine_cost_per_hour),
+        tracing=tracing, lifecycle=Lifecycle(), limiters=limiters, admission=admission, pins=pins,
+    )
+
+
+def _limiters(tenancy: TenancyConfig, ledger: UsageLedger) -> dict[str, TenantLimiter]:
+    """One limiter per tenant, its day and month budgets seeded from the ledger."""
+    wall = time.time()
+    limiters = {}
+    for tenant in tenancy.tenants:
+        limiter = TenantLimiter(tenant.limits)
+        limiter.seed_usage(ledger.tokens_in(tenant.name, day_start(wall)),
+                           ledger.tokens_in(tenant.name, month_start(wall)), wall)
+        limiters[tenant.name] = limiter
+    return limiters
+
+
+def _disk_evicted(metrics: Metrics, entry: CacheEntry) -> None:
+    metrics.evicted(entry.label, TIER_DISK)
+    metrics.set_resident(entry.label, TIER_DISK, False)
+
+
+def _engine_gauges(engine: EngineClient) -> EngineGauges:
+    load = engine.load()
+    return EngineGauges(load.running, load.waiting, load.kv_cache_usage, engine.num_unfinished_requests())
+
+
+def _admission_counts(admission: FairAdmission) -> dict[str, AdmissionCounts]:
+    stats = admission.stats()
+    tenants = set(stats.running_by_tenant) | set(stats.queued_by_tenant)
+    return {t: AdmissionCounts(stats.queued_by_tenant.get(t, 0), stats.running_by_tenant.get(t, 0))
+            for t in tenants}

@@ -1,0 +1,123 @@
+"""The tier policy against a recording engine: hits and misses per tier, LRU eviction with pins, single
+flight, and slot mirroring. The real engine's behaviour is in tests/e2e/test_registry_serving.py."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from adapters.manifest import Manifest
+from adapters.tiers import AdapterTiers
+
+HASH = "ab" * 32
+
+
+def manifest(name: str, version: int = 1) -> Manifest:
+    files = ({"path": "adapter_model.safetensors", "sha256": HASH, "size": 1},)
+    return Manifest(name=name, version=version, description="", files=files, content_hash=f"{version:02d}" + HASH[2:],
+                    peft_type="LORA", rank=8, alpha=16.0, target_modules=("q_proj",), base_model_id="base",
+                    size_bytes=1, created_at="2026-12-02T00:00:00Z")
+
+
+class Engine:
+    def __init__(self):
+        self.cpu: set[int] = set()
+        self.loads: list[str] = []
+        self.delay = 0.0
+
+    def adapter_id(self, adapter) -> int:
+        return hash((adapter.name, adapter.content_hash)) & 0xFFFFFF
+
+    def engine_name(self, adapter) -> str:
+        return f"{adapter.name}@{adapter.content_hash[:16]}"
+
+    async def load_adapter(self, adapter) -> None:
+        await asyncio.sleep(self.delay)
+        self.loads.append(adapter.name)
+        self.cpu.add(self.adapter_id(adapter))
+
+    async def unload_adapter(self, adapter_id: int) -> None:
+        self.cpu.discard(adapter_id)
+
+    async def resident_adapter_ids(self) -> set[int]:
+        return set(self.cpu)
+
+
+class Disk:
+    def __init__(self):
+        self.held: set[str] = set()
+        self.pins: dict[str, int] = {}
+
+    def fetch(self, m: Manifest) -> tuple[Path, bool]:
+        hit = m.name in self.held
+        self.held.add(m.name)
+        return Path("/adapters") / m.name, hit
+
+    def pin(self, name: str) -> None:
+        self.pins[name] = self.pins.get(name, 0) + 1
+
+    def unpin(self, name: str) -> None:
+        self.pins[name] -= 1
+
+
+class Events:
+    def __init__(self):
+        self.log: list[tuple] = []
+
+    def cache_hit(self, adapter, tier): self.log.append(("hit", adapter, tier))
+    def cache_miss(self, adapter, tier): self.log.append(("miss", adapter, tier))
+    def observe_load(self, tier, seconds): self.log.append(("load", tier))
+    def evicted(self, adapter, tier): self.log.append(("evicted", adapter, tier))
+    def set_resident(self, adapter, tier, resident): pass
+
+
+def tiers(max_cpu: int = 2, pinned=frozenset()):
+    engine, disk, events = Engine(), Disk(), Events()
+    return AdapterTiers(engine, disk, lambda m, p: None, events, max_loras=1, max_cpu_loras=max_cpu,
+                        pinned=pinned), engine, disk, events
+
+
+async def test_found_in_each_tier():
+    t, engine, disk, events = tiers()
+    first = await t.acquire(manifest("a"))
+    assert first.found_in == "store" and first.label == "a@1"
+    t.release(first)
+    assert (await t.acquire(manifest("a"))).found_in == "cpu"
+    t.on_step({engine.engine_name(first.adapter): 1})
+    assert (await t.acquire(manifest("a"))).found_in == "engine"
+    assert ("miss", "a@1", "disk") in events.log and ("hit", "a@1", "engine") in events.log
+
+
+async def test_lru_eviction_spares_pinned_and_unpins_disk():
+    t, engine, disk, events = tiers(max_cpu=2, pinned=frozenset({"p"}))
+    for name in ("p", "a", "b"):
+        t.release(await t.acquire(manifest(name)))
+    assert ("evicted", "a@1", "cpu") in events.log
+    assert [label for label in t.residency()["cpu"]] == ["p@1", "b@1"]
+    assert disk.pins == {"p": 1, "a": 0, "b": 1}
+    again = await t.acquire(manifest("a"))
+    assert again.found_in == "disk"  # evicted from CPU, still on disk
+
+
+async def test_single_flight_load():
+    t, engine, disk, events = tiers()
+    engine.delay = 0.05
+    results = await asyncio.gather(*(t.acquire(manifest("a")) for _ in range(5)))
+    assert engine.loads == ["a"]
+    assert {r.adapter.name for r in results} == {"a"}
+
+
+async def test_new_version_is_a_different_adapter():
+    t, engine, disk, events = tiers()
+    one, two = await t.acquire(manifest("a", 1)), await t.acquire(manifest("a", 2))
+    assert one.adapter.content_hash != two.adapter.content_hash
+    assert engine.loads == ["a", "a"]
+
+
+async def test_slot_mirror_keeps_most_recent():
+    t, engine, disk, events = tiers(max_cpu=3)
+    a, b = await t.acquire(manifest("a")), await t.acquire(manifest("b"))
+    t.on_step({engine.engine_name(a.adapter): 1})
+    t.on_step({engine.engine_name(b.adapter): 1})
+    assert t.residency()["engine"] == ["b@1"]
+    assert ("evicted", "a@1", "engine") in events.log

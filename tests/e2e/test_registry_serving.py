@@ -1,0 +1,181 @@
+"""The registry behind the real server: publish while serving, atomic version swaps, 200 adapters through
+two engine slots, and the admin API."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import random
+import tarfile
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+MAX_TOKENS = 12
+
+
+def _body(model: str, ids: list[int], stream: bool, max_tokens: int = MAX_TOKENS) -> dict:
+    return {"model": model, "prompt": ids, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+            "return_token_ids": True, "stream": stream}
+
+
+def _variant(template: Path, out: Path, seed: int) -> Path:
+    """A copy of `template` with new random LoRA weights (A and B non-zero), seeded."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(template / "adapter_model.safetensors")
+    generator = torch.Generator().manual_seed(seed)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({k: torch.randn(v.shape, generator=generator) * 0.3 for k, v in sorted(tensors.items())},
+              out / "adapter_model.safetensors")
+    (out / "adapter_config.json").write_text((template / "adapter_config.json").read_text())
+    return out
+
+
+@pytest.fixture(scope="module")
+def template(adapter_dirs) -> Path:
+    return adapter_dirs["sql-helper"]  # rank 8 on q_proj and v_proj
+
+
+async def _stream(client: httpx.AsyncClient, body: dict, started: asyncio.Event | None = None) -> dict:
+    tokens, model, header = [], None, None
+    async with client.stream("POST", "/v1/completions", json=body) as response:
+        assert response.status_code == 200, await response.aread()
+        header = response.headers["x-loraplex-model"]
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            model = chunk["model"]
+            for choice in chunk["choices"]:
+                tokens.extend(choice.get("token_ids") or [])
+            if started is not None:
+                started.set()
+    return {"tokens": tokens, "model": model, "header": header}
+
+
+async def test_version_swap_under_load(server, acme, keys, registry, template, tmp_path, tokenizer,
+                                       hf_reference):
+    """Requests running when `stable` moves finish on their version; the next ones get the new one; every
+    response names the version that served it and its tokens equal HF + peft for that version."""
+    folders = {1: _variant(template, tmp_path / "v1", seed=101), 2: _variant(template, tmp_path / "v2", seed=202)}
+    assert registry.push(folders[1], "swap").version == 1
+    listed = httpx.get(f"{server}/v1/models", headers=acme).json()["data"]
+    assert any(card["id"] == "swap" for card in listed), "published while serving, seen without restart"
+    assert registry.push(folders[2], "swap").version == 2
+    admin = keys.admin_headers
+    rolled = httpx.post(f"{server}/v1/adapters/swap/rollback", json={}, headers=admin)
+    assert rolled.status_code == 200 and rolled.json()["version"] == 1
+
+    ids = tokenizer.encode("the river runs to the sea", add_special_tokens=False)
+    async with httpx.AsyncClient(base_url=server, headers=acme, timeout=180) as client:
+        first_started = [asyncio.Event() for _ in range(6)]
+        first = [asyncio.create_task(_stream(client, _body("swap", ids, True, max_tokens=48), event))
+                 for event in first_started]
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in first_started)), 120)
+        promoted = await client.post("/v1/adapters/swap/promote", json={"version": 2}, headers=admin)
+        assert promoted.status_code == 200
+        second = [asyncio.create_task(_stream(client, _body("swap", ids, True, max_tokens=48))) for _ in range(6)]
+        old, new = await asyncio.gather(*first), await asyncio.gather(*second)
+    for results, version in ((old, 1), (new, 2)):
+        expected = hf_reference.greedy(folders[version], ids, 48)
+        for result in results:
+            assert result["model"] == result["header"] == f"swap@{version}"
+            assert result["tokens"] == expected
+    assert hf_reference.greedy(folders[1], ids, 48) != hf_reference.greedy(folders[2], ids, 48)
+    pinned = httpx.post(f"{server}/v1/completions", json=_body("swap@1", ids, False, 48), headers=acme).json()
+    assert pinned["model"] == "swap@1" and pinned["choices"][0]["token_ids"] == old[0]["tokens"]
+    by_alias = httpx.post(f"{server}/v1/completions", json=_body("swap:stable", ids, False, 8), headers=acme)
+    assert by_alias.json()["model"] == "swap@2"
+
+
+def _scrape(server: str) -> dict:
+    samples = {}
+    for family in text_string_to_metric_families(httpx.get(f"{server}/metrics").text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+async def test_200_adapters_through_two_slots(server, acme, registry, template, tmp_path, tokenizer,
+                                              hf_reference):
+    """200 published adapters, max_cpu_loras 8 and max_loras 2, random traffic: every request served, CPU
+    tier evictions happen, and a sample of outputs stays exact."""
+    folders = {}
+    for i in range(200):
+        name = f"many-{i:03d}"
+        folders[name] = _variant(template, tmp_path / name, seed=1000 + i)
+        assert registry.push(folders[name], name).version == 1
+    rng = random.Random(7)
+    ids = tokenizer.encode("hello world", add_special_tokens=False)
+    picks = [f"many-{rng.randrange(200):03d}" for _ in range(80)]
+    before = _scrape(server)
+    semaphore = asyncio.Semaphore(16)
+
+    async def one(client, name):
+        async with semaphore:
+            response = await client.post("/v1/completions", json=_body(name, ids, False, 8))
+            assert response.status_code == 200, response.text
+            return response.json()
+
+    async with httpx.AsyncClient(base_url=server, headers=acme, timeout=300) as client:
+        results = await asyncio.gather(*(one(client, name) for name in picks))
+    for name, result in zip(picks, results):
+        assert result["model"] == f"{name}@1"
+    for name, result in list(zip(picks, results))[::10]:
+        assert result["choices"][0]["token_ids"] == hf_reference.greedy(folders[name], ids, 8), name
+    after = _scrape(server)
+    evictions = after[("loraplex_adapter_evictions_total", (("tier", "cpu"),))] - before.get(
+        ("loraplex_adapter_evictions_total", (("tier", "cpu"),)), 0)
+    assert evictions >= len(set(picks)) - 8
+    data = httpx.get(f"{server}/dashboard/data", headers={"Authorization": acme["Authorization"]})
+    assert data.status_code == 403  # the dashboard's data is the operator's
+
+
+def _tar_gz(folder: Path, arcname: str = "adapter") -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(folder, arcname=arcname)
+    return buffer.getvalue()
+
+
+def test_admin_api(server, acme, keys, template, tmp_path):
+    admin = keys.admin_headers
+    archive = {"content-type": "application/gzip"}
+    folder = _variant(template, tmp_path / "up", seed=5)
+    refused = httpx.post(f"{server}/v1/adapters?name=uploaded", content=_tar_gz(folder), headers={**acme, **archive})
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "admin_only"
+    created = httpx.post(f"{server}/v1/adapters?name=uploaded&description=via+api", content=_tar_gz(folder),
+                         headers={**admin, **archive})
+    assert created.status_code == 201, created.text
+    assert created.json()["name"] == "uploaded" and created.json()["version"] == 1
+
+    escape = io.BytesIO()
+    with tarfile.open(fileobj=escape, mode="w:gz") as tar:
+        data = b"x"
+        info = tarfile.TarInfo("../../evil.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    bad = httpx.post(f"{server}/v1/adapters?name=evil", content=escape.getvalue(), headers={**admin, **archive})
+    assert bad.status_code == 400 and ".." in bad.json()["error"]["message"]
+
+    pickled = _variant(template, tmp_path / "pickled", seed=6)
+    (pickled / "adapter_model.bin").write_bytes(b"not allowed")
+    bad = httpx.post(f"{server}/v1/adapters?name=pickled", content=_tar_gz(pickled), headers={**admin, **archive})
+    assert bad.status_code == 400 and "adapter_model.bin" in bad.json()["error"]["message"]
+
+    listing = httpx.get(f"{server}/v1/adapters/uploaded", headers=admin).json()
+    assert listing["aliases"] == {"stable": 1} and listing["versions"][0]["description"] == "via api"
+    loaded = httpx.post(f"{server}/v1/adapters/uploaded@1/load", headers=admin).json()
+    assert loaded["model"] == "uploaded@1"
+    assert "cpu" in httpx.get(f"{server}/v1/adapters/uploaded", headers=admin).json()["versions"][0]["resident"]
+    assert httpx.post(f"{server}/v1/adapters/uploaded@1/evict", headers=admin).json()["evicted"] is True
+    in_use = httpx.delete(f"{server}/v1/adapters/uploaded/versions/1", headers=admin)
+    assert in_use.status_code == 409, in_use.text
+    missing = httpx.post(f"{server}/v1/adapters/uploaded/promote", json={"version": 9}, headers=admin)
+    assert missing.status_code == 404
+    assert set(missing.json()["error"]) == {"message", "type", "param", "code"}

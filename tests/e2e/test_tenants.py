@@ -1,0 +1,125 @@
+"""Tenants on the real server: keys, visibility, limits with their headers, usage isolation, abort billing.
+(Every limit's exact counting and recovery is table-tested on the limiter with a fake clock.)"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+OPENAI_ERROR_FIELDS = {"message", "type", "param", "code"}
+
+
+def _complete(server, headers, model, max_tokens: int | None = 4, **extra):
+    body = {"model": model, "prompt": "hello", "ignore_eos": True, **extra}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    return httpx.post(f"{server}/v1/completions", headers=headers, timeout=120, json=body)
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer lpx-wrong"}, {"Authorization": "Basic x"}])
+def test_missing_or_wrong_key_is_401(server, base_model_id, headers):
+    response = _complete(server, headers, base_model_id)
+    assert response.status_code == 401
+    assert set(response.json()["error"]) == OPENAI_ERROR_FIELDS
+    assert response.json()["error"]["code"] == "invalid_api_key"
+    assert httpx.get(f"{server}/v1/models", headers=headers).status_code == 401
+
+
+def test_other_tenants_adapter_does_not_exist(server, keys, base_model_id):
+    globex = keys.headers("globex")
+    hidden = _complete(server, globex, "sql-helper")
+    missing = _complete(server, globex, "no-such-adapter")
+    assert hidden.status_code == missing.status_code == 404
+    assert hidden.json()["error"]["message"].replace("sql-helper", "X") == \
+        missing.json()["error"]["message"].replace("no-such-adapter", "X")
+    assert [m["id"] for m in httpx.get(f"{server}/v1/models", headers=globex).json()["data"]] == [base_model_id]
+    assert httpx.get(f"{server}/v1/models/sql-helper", headers=globex).status_code == 404
+    assert _complete(server, globex, base_model_id).status_code == 200
+
+
+def test_requests_per_minute_and_max_tokens_cap(server, keys):
+    tiny = keys.headers("tiny")
+    over_cap = _complete(server, tiny, "sql-helper", max_tokens=17)
+    assert over_cap.status_code == 400 and over_cap.json()["error"]["param"] == "max_tokens"
+    statuses = [_complete(server, tiny, "sql-helper", max_tokens=m) for m in (None, 4, 4)]
+    assert [r.status_code for r in statuses] == [200, 200, 200]
+    assert statuses[0].json()["usage"]["completion_tokens"] == 16, "no max_tokens: the tenant's cap applies"
+    assert statuses[-1].headers["x-ratelimit-limit-requests"] == "3"
+    assert statuses[-1].headers["x-ratelimit-remaining-requests"] == "0"
+    refused = _complete(server, tiny, "sql-helper")
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+    assert "requests_per_minute" in refused.json()["error"]["message"]
+    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    assert refused.headers["x-ratelimit-remaining-requests"] == "0"
+    usage = httpx.get(f"{server}/v1/usage", headers=tiny).json()
+    assert {row["status"] for row in usage["data"]} == {200, 400, 429}
+    assert all(row["tenant"] == "tiny" for row in usage["data"])
+
+
+def test_concurrency_cap(server, keys, base_model_id):
+    solo = keys.headers("solo")
+    started = threading.Event()
+
+    def long_stream():
+        with httpx.stream("POST", f"{server}/v1/completions", headers=solo, timeout=120,
+                          json={"model": base_model_id, "prompt": "x", "max_tokens": 200, "ignore_eos": True,
+                                "stream": True}) as response:
+            for _ in response.iter_lines():
+                started.set()
+
+    thread = threading.Thread(target=long_stream)
+    thread.start()
+    assert started.wait(60)
+    refused = _complete(server, solo, base_model_id)
+    thread.join()
+    assert refused.status_code == 429 and "max_concurrent" in refused.json()["error"]["message"]
+    assert _complete(server, solo, base_model_id).status_code == 200
+
+
+def test_tokens_per_minute_reserves_max_tokens(server, keys, base_model_id):
+    tokmin = keys.headers("tokmin")
+    assert _complete(server, tokmin, base_model_id, max_tokens=100).status_code == 200
+    refused = _complete(server, tokmin, base_model_id, max_tokens=100)
+    assert refused.status_code == 429 and "tokens_per_minute" in refused.json()["error"]["message"]
+    assert refused.headers["x-ratelimit-limit-tokens"] == "120"
+
+
+def test_usage_is_per_tenant(server, keys, acme, base_model_id):
+    assert _complete(server, keys.headers("globex"), base_model_id).status_code == 200
+    own = httpx.get(f"{server}/v1/usage", headers=acme).json()
+    assert own["data"] and {row["tenant"] for row in own["data"]} == {"acme"}
+    assert httpx.get(f"{server}/v1/usage?tenant=globex", headers=acme).status_code == 403
+    everyone = httpx.get(f"{server}/v1/usage?limit=10000", headers=keys.admin_headers).json()
+    assert {"acme", "globex"} <= {row["tenant"] for row in everyone["summary"]}
+    only_globex = httpx.get(f"{server}/v1/usage?tenant=globex", headers=keys.admin_headers).json()
+    assert {row["tenant"] for row in only_globex["data"]} == {"globex"}
+
+
+def test_aborted_stream_is_billed_for_tokens_sent(server, acme, keys):
+    request_id = f"abort-{time.time_ns()}"
+    received = 0
+    with httpx.stream("POST", f"{server}/v1/completions", timeout=120,
+                      headers={**acme, "X-Request-Id": request_id},
+                      json={"model": "poet", "prompt": "a long story", "max_tokens": 900, "ignore_eos": True,
+                            "stream": True}) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                received += 1
+            if received == 5:
+                break
+    deadline = time.monotonic() + 30
+    while True:
+        rows = [r for r in httpx.get(f"{server}/v1/usage?limit=10000", headers=keys.admin_headers).json()["data"]
+                if r["request_id"] == request_id]
+        if rows or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["status"] == 499 and row["finish"] == "aborted"
+    assert 5 <= row["completion_tokens"] < 900
+    assert row["price_usd"] == pytest.approx((row["prompt_tokens"] * 1.0 + row["completion_tokens"] * 2.0) / 1e6)
