@@ -9,10 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from api.observability.outcome import STATUS_CLIENT_CLOSED, RequestOutcome
+from api.observability.request_metrics import UNKNOWN  # tenant or model not known (yet)
 
 logger = logging.getLogger(__name__)
-
-UNKNOWN = "unknown"  # tenant or model of a request refused before either was known
 
 
 def finish_of(status: int) -> str:

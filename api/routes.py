@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
+from api.accounting import UNKNOWN
 from api.errors import OpenAIError, bad_request, from_validation_error
 from api.gate import Caller
 from api.middleware import request_id_of
@@ -91,10 +92,7 @@ async def _generate(request: Request, body_cls: type[Body], service) -> Response
         caller = caller_of(request)
         body = await parse_body(request, body_cls)
     except OpenAIError as e:
-        if caller is None:
-            server.metrics.observe_rejected(e.status)
-        else:
-            server.metrics.observe_rejected(e.status, tenant=caller.tenant)
+        server.metrics.observe_rejected(e.status, tenant=caller.tenant if caller else UNKNOWN)
         raise
     with server.tracing.span("http.request", path=request.url.path, tenant=caller.tenant,
                              request_id=request_id_of(request.scope)):

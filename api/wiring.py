@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -98,8 +99,9 @@ class Server:
         self.metrics.observe(outcome)
 
     def _record(self, outcome, finish) -> None:
-        if outcome.tenant in self.limiters:  # refused before its tenant was known: metrics only
-            self.ledger.record(outcome, finish)
+        if not self.ledger.record(outcome, finish):
+            # The client reused an X-Request-Id: the ledger keeps one row per id, and no request goes unbilled.
+            self.ledger.record(replace(outcome, request_id=f"{outcome.request_id}#{uuid.uuid4().hex[:12]}"), finish)
 
     def new_account(self, request_id: str, caller: Caller) -> RequestAccount:
         tenant = self.tenancy.tenant(caller.tenant)

@@ -108,3 +108,13 @@ async def test_failure_in_one_of_several_prompts_fails_the_request_and_aborts_th
     assert response.json()["error"]["code"] == "engine_error"
     ids = {request_id for request_id, *_ in fake_engine.requests}
     assert set(fake_engine.aborted) == ids, "every engine call of a failed request is aborted"
+
+
+async def test_reused_request_id_is_still_billed(fake_client, fake_server):
+    """The ledger keeps one row per request id; a client reusing an X-Request-Id must not go unbilled."""
+    for _ in range(2):
+        response = await fake_client.post("/v1/chat/completions", json=CHAT, headers={"X-Request-Id": "dup-1"})
+        assert response.status_code == 200
+    rows = [r for r in fake_server.ledger.query() if r["request_id"].startswith("dup-1")]
+    assert len(rows) == 2 and rows[0]["request_id"] == "dup-1"
+    assert all(r["completion_tokens"] == 4 for r in rows)
