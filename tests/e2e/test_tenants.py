@@ -62,20 +62,26 @@ def test_requests_per_minute_and_max_tokens_cap(server, keys):
 
 def test_concurrency_cap(server, keys, base_model_id):
     solo = keys.headers("solo")
-    started = threading.Event()
+    started, release = threading.Event(), threading.Event()
 
+    # The stream must still hold solo's one slot when the second request arrives: it asks for nearly the whole
+    # context and stops reading after its first chunk until the second request has its answer.
     def long_stream():
         with httpx.stream("POST", f"{server}/v1/completions", headers=solo, timeout=120,
-                          json={"model": base_model_id, "prompt": "x", "max_tokens": 200, "ignore_eos": True,
+                          json={"model": base_model_id, "prompt": "x", "max_tokens": 1000, "ignore_eos": True,
                                 "stream": True}) as response:
             for _ in response.iter_lines():
                 started.set()
+                release.wait(60)
 
     thread = threading.Thread(target=long_stream)
     thread.start()
-    assert started.wait(60)
-    refused = _complete(server, solo, base_model_id)
-    thread.join()
+    try:
+        assert started.wait(60)
+        refused = _complete(server, solo, base_model_id)
+    finally:
+        release.set()
+        thread.join()
     assert refused.status_code == 429 and "max_concurrent" in refused.json()["error"]["message"]
     assert _complete(server, solo, base_model_id).status_code == 200
 
@@ -90,6 +96,7 @@ def test_tokens_per_minute_reserves_max_tokens(server, keys, base_model_id):
 
 def test_usage_is_per_tenant(server, keys, acme, base_model_id):
     assert _complete(server, keys.headers("globex"), base_model_id).status_code == 200
+    assert _complete(server, acme, base_model_id).status_code == 200
     own = httpx.get(f"{server}/v1/usage", headers=acme).json()
     assert own["data"] and {row["tenant"] for row in own["data"]} == {"acme"}
     assert httpx.get(f"{server}/v1/usage?tenant=globex", headers=acme).status_code == 403
