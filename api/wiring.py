@@ -159,7 +159,8 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
     limiters = _limiters(tenancy, ledger)
     if "max_running" in tenancy.admission.model_fields_set or max_running is None:
         max_running = tenancy.admission.max_running
-    admission = FairAdmission(max_running, tenancy.admission.max_queued)
+    admission = FairAdmission(max_running, tenancy.admission.max_queued,
+                              reserve_window_s=tenancy.admission.reserve_window_s)
     tiers = disk = None
     if tiers_sizes is not None:
         disk = AdapterDiskCache(tiers_sizes.disk_dir, tiers_sizes.disk_bytes, registry.store,

@@ -2,18 +2,19 @@
 
 The order is start-time fair queueing across tenants: each waiting request gets the tag
 max(virtual time, its tenant's last finish); the tenant's last finish moves on by cost / weight; the
-smallest tag goes first (ties by arrival) and the virtual time becomes its tag. A tenant that floods the
-queue only pushes its own tags out, so a newcomer is served within one round, and over time tenants
-get slots in proportion to their weights.
+smallest tag among the tenants allowed to start goes first (ties by arrival) and the virtual time moves up
+to its tag. A tenant that floods the queue only pushes its own tags out, so a newcomer is served within one
+round, and over time tenants get slots in proportion to their weights. Which tenants may start is
+`FairAdmission`'s business (free slots, fair shares and claims).
 """
 
 from __future__ import annotations
 
 import asyncio
-import heapq
 import itertools
+import math
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Callable, Generic, TypeVar
 
@@ -34,7 +35,7 @@ class FairQueue(Generic[T]):
     """Start-time fair queueing over per-tenant FIFOs. Pure; no clock, no asyncio."""
 
     def __init__(self) -> None:
-        self._heap: list[_Entry[T]] = []
+        self._fifos: dict[str, deque[_Entry[T]]] = {}
         self._seq = itertools.count()
         self._virtual_time = 0.0
         self._last_finish: dict[str, float] = {}
@@ -50,6 +51,9 @@ class FairQueue(Generic[T]):
     def queued(self) -> dict[str, int]:
         return {tenant: n for tenant, n in self._queued.items() if n}
 
+    def queued_of(self, tenant: str) -> int:
+        return self._queued[tenant]
+
     def push(self, tenant: str, item: T, weight: float, cost: float = 1.0) -> _Entry[T]:
         """Enqueue; the returned handle can be passed to `remove`."""
         if weight <= 0 or cost <= 0:
@@ -58,22 +62,37 @@ class FairQueue(Generic[T]):
         entry = _Entry(tag, next(self._seq), tenant, tag + cost / weight, item)
         self._last_finish[tenant] = entry.finish
         self._queued[tenant] += 1
-        heapq.heappush(self._heap, entry)
+        self._fifos.setdefault(tenant, deque()).append(entry)
         return entry
 
     def pop(self) -> tuple[str, T]:
         """The waiting item with the smallest tag; IndexError when empty."""
-        while self._heap:
-            entry = heapq.heappop(self._heap)
-            if entry.live:
-                entry.live = False
-                self._queued[entry.tenant] -= 1
-                self._virtual_time = entry.tag
-                return entry.tenant, entry.item
-        raise IndexError("pop from an empty FairQueue")
+        popped = self.pop_first(lambda tenant: True)
+        if popped is None:
+            raise IndexError("pop from an empty FairQueue")
+        return popped
+
+    def pop_first(self, eligible: Callable[[str], bool]) -> tuple[str, T] | None:
+        """The waiting item with the smallest tag among tenants that `eligible` accepts; None if there is none.
+        Within a tenant tags only grow, so only each tenant's head is a candidate."""
+        best: _Entry[T] | None = None
+        for tenant, fifo in list(self._fifos.items()):
+            while fifo and not fifo[0].live:
+                fifo.popleft()
+            if not fifo:
+                del self._fifos[tenant]
+            elif (best is None or fifo[0] < best) and eligible(tenant):
+                best = fifo[0]
+        if best is None:
+            return None
+        self._fifos[best.tenant].popleft()
+        best.live = False
+        self._queued[best.tenant] -= 1
+        self._virtual_time = max(self._virtual_time, best.tag)
+        return best.tenant, best.item
 
     def remove(self, entry: _Entry[T]) -> bool:
-        """Drop a waiting item; False if it already left. The heap slot is reclaimed lazily by `pop`."""
+        """Drop a waiting item; False if it already left. Its FIFO place is reclaimed lazily by `pop_first`."""
         if not entry.live:
             return False
         entry.live = False
@@ -116,20 +135,33 @@ class AdmissionStats:
 class FairAdmission:
     """At most `max_running` requests hold a slot; up to `max_queued` wait in fair order; more are refused.
 
+    Fair shares are `max_running` split by weight among the tenants with requests running or waiting. A tenant
+    under its share may take any free slot. A tenant at or over it borrows a free slot only if enough stay free
+    for the other tenants' unused shares, where a tenant's claim is the smaller of its share and its peak
+    concurrency over the last `reserve_window_s` seconds. So a client that finishes a request and sends the
+    next finds its slot still free instead of taken by a flood; `reserve_window_s` 0 makes admission fully
+    work-conserving (plain fair queueing).
+
     Cancellation-safe: a waiter cancelled before its grant leaves the queue, one cancelled after its
     grant hands the slot on. Single event loop; not thread-safe.
     """
 
     _HOLD_SMOOTHING = 0.2
 
-    def __init__(self, max_running: int, max_queued: int, clock: Callable[[], float] = time.monotonic):
-        if max_running <= 0 or max_queued < 0:
-            raise ValueError(f"need max_running > 0 and max_queued >= 0, got {max_running}, {max_queued}")
+    def __init__(self, max_running: int, max_queued: int, clock: Callable[[], float] = time.monotonic,
+                 reserve_window_s: float = 0.0):
+        if max_running <= 0 or max_queued < 0 or reserve_window_s < 0:
+            raise ValueError(f"need max_running > 0, max_queued >= 0 and reserve_window_s >= 0, got "
+                             f"{max_running}, {max_queued}, {reserve_window_s}")
         self.max_running = max_running
         self.max_queued = max_queued
         self._clock = clock
+        self._window = reserve_window_s
         self._queue: FairQueue[tuple[asyncio.Future, Ticket]] = FairQueue()
         self._running: Counter[str] = Counter()
+        self._weights: dict[str, float] = {}
+        self._peaks: dict[str, tuple[int, float]] = {}  # tenant -> (peak running + queued, when it was reached)
+        self._wake: asyncio.TimerHandle | None = None
         self._mean_hold_s = 1.0
 
     @property
@@ -140,7 +172,9 @@ class FairAdmission:
         """Wait for a slot; raises QueueFull at once when `max_queued` requests already wait."""
         started = self._clock()
         ticket = Ticket(tenant)
-        if self.running < self.max_running and not self._queue:
+        self._weights[tenant] = weight
+        self._dispatch()  # claims may have lapsed since the last event
+        if self._may_start(tenant, started):
             self._grant(ticket, started)
             return ticket
         queued = len(self._queue)
@@ -148,14 +182,15 @@ class FairAdmission:
             raise QueueFull(self._retry_after(queued), queued)
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         entry = self._queue.push(tenant, (future, ticket), weight, cost)
+        self._note_demand(tenant)
         self._dispatch()
         try:
             await future
         except asyncio.CancelledError:
             if future.done() and not future.cancelled():
                 self.release(ticket)
-            else:
-                self._queue.remove(entry)
+            elif self._queue.remove(entry):
+                self._dispatch()  # a claim may have gone with it
             raise
         ticket.queue_seconds = ticket.granted_at - started
         return ticket
@@ -168,6 +203,7 @@ class FairAdmission:
         held = self._clock() - ticket.granted_at
         self._mean_hold_s += self._HOLD_SMOOTHING * (held - self._mean_hold_s)
         self._running[ticket.tenant] -= 1
+        self._note_demand(ticket.tenant)
         self._dispatch()
 
     def stats(self) -> AdmissionStats:
@@ -180,14 +216,57 @@ class FairAdmission:
     def _grant(self, ticket: Ticket, now: float) -> None:
         ticket.granted_at = now
         self._running[ticket.tenant] += 1
+        self._note_demand(ticket.tenant)
 
     def _dispatch(self) -> None:
         while self.running < self.max_running and self._queue:
-            _, (future, ticket) = self._queue.pop()
+            now = self._clock()
+            popped = self._queue.pop_first(lambda tenant: self._may_start(tenant, now))
+            if popped is None:
+                self._wake_when_claims_lapse()
+                return
+            _, (future, ticket) = popped
             if future.done():  # cancelled; its owner has not run its cleanup yet
                 continue
-            self._grant(ticket, self._clock())
+            self._grant(ticket, now)
             future.set_result(None)
+
+    def _demand(self, tenant: str) -> int:
+        return self._running[tenant] + self._queue.queued_of(tenant)
+
+    def _note_demand(self, tenant: str) -> None:
+        now, demand = self._clock(), self._demand(tenant)
+        peak, at = self._peaks.get(tenant, (0, now))
+        if demand >= peak or now - at > self._window:
+            self._peaks[tenant] = (demand, now)
+
+    def _claim(self, tenant: str, share: float, now: float) -> int:
+        """Free slots held for `tenant`: what is left of min(share, recent peak) after what it runs."""
+        peak, at = self._peaks.get(tenant, (0, now))
+        recent = max(peak, self._demand(tenant)) if now - at <= self._window else self._demand(tenant)
+        return max(0, math.floor(min(share, recent) + 1e-9) - self._running[tenant])
+
+    def _may_start(self, tenant: str, now: float) -> bool:
+        free = self.max_running - self.running
+        if free <= 0:
+            return False
+        weights = {t: w for t, w in self._weights.items() if t == tenant or self._demand(t) > 0}
+        total = sum(weights.values())
+        shares = {t: self.max_running * w / total for t, w in weights.items()}
+        if self._running[tenant] < shares[tenant]:
+            return True
+        held = sum(self._claim(t, share, now) for t, share in shares.items() if t != tenant)
+        return free - 1 >= held
+
+    def _wake_when_claims_lapse(self) -> None:
+        """Waiters blocked only by other tenants' claims get another look once the claims' window passes."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if self._window <= 0 or (self._wake is not None and self._wake.when() > loop.time()):
+            return
+        self._wake = loop.call_later(self._window, self._dispatch)
 
     def _retry_after(self, queued: int) -> float:
         """Rough wait for the queue to move by one place per slot: mean hold time times queue depth."""

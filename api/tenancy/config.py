@@ -70,6 +70,11 @@ class AdmissionConfig(_Strict):
     max_running: int = Field(default=32, gt=0, description="Requests handed to the engine at once.")
     max_queued: int = Field(default=256, ge=0,
                             description="Requests waiting for an engine slot, all tenants together.")
+    reserve_window_s: float = Field(
+        default=2.0, ge=0,
+        description="A tenant with requests in flight keeps free slots up to the smaller of its fair share and "
+                    "its peak concurrency over this many seconds; others borrow only the rest. 0: no claims "
+                    "(fully work-conserving fair queueing).")
 
 
 class PriorityClass(_Strict):

@@ -208,8 +208,9 @@ async def test_a_waiter_cancelled_after_its_grant_hands_the_slot_on():
     assert admission.stats().running == 0
 
 
-async def test_no_slot_leaks_under_random_cancellation():
-    admission = FairAdmission(max_running=3, max_queued=1000)
+@pytest.mark.parametrize("window", [0.0, 0.01])
+async def test_no_slot_leaks_under_random_cancellation(window):
+    admission = FairAdmission(max_running=3, max_queued=1000, reserve_window_s=window)
     held: list = []
 
     async def client(i: int) -> None:
@@ -237,7 +238,83 @@ async def test_no_slot_leaks_under_random_cancellation():
         admission.release(ticket)
 
 
-@pytest.mark.parametrize(("running", "queued"), [(0, 0), (0, 1), (-1, 0), (1, -1)])
-def test_rejects_bad_sizes(running, queued):
+@pytest.mark.parametrize(("running", "queued", "window"), [(0, 0, 0), (0, 1, 0), (-1, 0, 0), (1, -1, 0), (1, 1, -1)])
+def test_rejects_bad_sizes(running, queued, window):
     with pytest.raises(ValueError):
-        FairAdmission(running, queued)
+        FairAdmission(running, queued, reserve_window_s=window)
+
+
+async def _b_then_a_flood(admission: FairAdmission) -> tuple[list, list, list]:
+    """B runs 2, then A takes its 2 of 4 and queues 3 more (equal weights)."""
+    b = [await admission.acquire("B", 1) for _ in range(2)]
+    a = [await admission.acquire("A", 1) for _ in range(2)]
+    waiting = [asyncio.create_task(admission.acquire("A", 1)) for _ in range(3)]
+    await settle_tasks()
+    assert admission.stats().running_by_tenant == {"A": 2, "B": 2}
+    assert admission.stats().queued_by_tenant == {"A": 3}
+    return b, a, waiting
+
+
+@pytest.mark.parametrize(("window", "b_waits"), [(0.0, True), (2.0, False)])
+async def test_a_returning_client_finds_its_slot_free(window, b_waits):
+    clock = FakeClock()
+    admission = FairAdmission(max_running=4, max_queued=10, clock=clock, reserve_window_s=window)
+    b, a, waiting = await _b_then_a_flood(admission)
+    clock.now += 0.01
+    admission.release(b[0])  # B's client sends its next request a moment later
+    await settle_tasks()
+    assert sum(t.done() for t in waiting) == (1 if b_waits else 0)
+    again = asyncio.create_task(admission.acquire("B", 1))
+    await settle_tasks()
+    assert again.done() is not b_waits
+    for ticket in [*a, b[1], *[t.result() for t in waiting if t.done()]]:
+        admission.release(ticket)
+    await settle_tasks()
+    for task in [again, *waiting]:
+        admission.release(await asyncio.wait_for(task, 1))
+    assert (admission.stats().running, admission.stats().queued) == (0, 0)
+
+
+async def test_an_idle_tenant_claims_nothing():
+    admission = FairAdmission(max_running=4, max_queued=10, reserve_window_s=60)
+    b, a, waiting = await _b_then_a_flood(admission)
+    for ticket in b:
+        admission.release(ticket)
+    await settle_tasks()
+    assert sum(t.done() for t in waiting) == 2  # B has nothing running or waiting: its share goes to A
+    assert admission.stats().running_by_tenant == {"A": 4}
+    for ticket in [*a, *[t.result() for t in waiting if t.done()]]:
+        admission.release(ticket)
+    admission.release(await asyncio.wait_for(waiting[2], 1))
+
+
+async def test_claims_lapse_after_the_window():
+    clock = FakeClock()
+    admission = FairAdmission(max_running=4, max_queued=10, clock=clock, reserve_window_s=0.05)
+    b, a, waiting = await _b_then_a_flood(admission)
+    admission.release(b[0])  # B keeps one request running and does not come back
+    await settle_tasks()
+    assert not any(t.done() for t in waiting)
+    clock.now += 1.0
+    first = await asyncio.wait_for(waiting[0], 1)  # woken by the window's timer, no other event
+    assert first.tenant == "A" and not waiting[1].done()
+    for ticket in [*a, b[1], first]:
+        admission.release(ticket)
+    for task in waiting[1:]:
+        admission.release(await asyncio.wait_for(task, 1))
+
+
+@pytest.mark.parametrize(("heavy_weight", "borrowed"), [(1, False), (3, True)])
+async def test_claims_follow_weights(heavy_weight, borrowed):
+    admission = FairAdmission(max_running=4, max_queued=10, reserve_window_s=60)
+    light = [await admission.acquire("light", 1) for _ in range(2)]
+    heavy = [await admission.acquire("heavy", heavy_weight) for _ in range(2)]
+    waiting = asyncio.create_task(admission.acquire("heavy", heavy_weight))
+    await settle_tasks()
+    admission.release(light[0])  # light still runs one: with equal weights it keeps its second slot
+    await settle_tasks()
+    assert waiting.done() is borrowed
+    admission.release(light[1])
+    for t in [*heavy, await asyncio.wait_for(waiting, 1)]:
+        admission.release(t)
+    assert admission.stats().running == 0
