@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import httpx
@@ -36,8 +37,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def demo_assets():
+    from engine.demo_assets import data_home, ensure_demo_assets
+
+    return ensure_demo_assets(data_home())
+
+
+def many_adapters(model_dir: Path, count: int, rank: int, tag: str) -> dict[str, Path]:
+    """`count` distinct rank-`rank` adapters (attention + MLP), generated once under the data directory."""
+    from adapters.demo import ATTENTION, MLP, DemoAdapterSpec, build_adapter
+    from engine.demo_assets import data_home
+
+    root = data_home() / f"bench-{tag}-r{rank}-v2"
+    first_seed = (zlib.crc32(tag.encode()) & 0xFFFF) * 1000  # adapters of different tags differ
+    out = {}
+    for i in range(count):
+        path = root / f"a{i:03d}"
+        if not (path / "adapter_model.safetensors").exists():
+            spec = DemoAdapterSpec(f"{tag}-{i}", rank=rank, alpha=rank, target_modules=ATTENTION + MLP, seed=first_seed + i)
+            build_adapter(model_dir, spec, path)
+        out[f"{tag}-{i:03d}"] = path
+    return out
+
+
 def loraplex_command(port: int, adapters: dict[str, Path], max_loras: int, max_cpu_loras: int,
-                     model_dir: Path | None = None) -> list[str]:
+                     model_dir: Path | None = None, extra: tuple[str, ...] = ()) -> list[str]:
+    """`extra` comes last, so its flags override the shared engine arguments."""
     cmd = [sys.executable, "-m", "api.cli", "serve", "--port", str(port), "--log-level", "warning",
            "--max-loras", str(max_loras), "--max-cpu-loras", str(max_cpu_loras), "--kv-cache-gib", str(KV_CACHE_GIB)]
     cmd += [f"--{k.replace('_', '-')}={v}" for k, v in ENGINE.items()]
@@ -45,7 +70,7 @@ def loraplex_command(port: int, adapters: dict[str, Path], max_loras: int, max_c
         cmd += ["--model", str(model_dir)]
     for name, path in adapters.items():
         cmd += ["--adapter", f"{name}={path}"]
-    return cmd
+    return cmd + list(extra)
 
 
 def vllm_command(port: int, model_dir: Path, model_id: str, adapters: dict[str, Path], max_loras: int,
@@ -61,8 +86,9 @@ def vllm_command(port: int, model_dir: Path, model_id: str, adapters: dict[str, 
 
 
 @contextlib.contextmanager
-def running(cmd: list[str], port: int, log_path: Path):
-    """Starts a server, waits until /v1/models answers, yields its base URL, stops it (SIGTERM)."""
+def running(cmd: list[str], port: int, log_path: Path, ready_path: str = "/v1/models"):
+    """Starts a server, waits until `ready_path` answers 200, yields its base URL, stops it (SIGTERM).
+    With a tenants file, loraplex's /v1/models wants a key: use /ready (vLLM's server has no /ready)."""
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB)}
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log:
@@ -74,7 +100,7 @@ def running(cmd: list[str], port: int, log_path: Path):
                 if proc.poll() is not None:
                     raise RuntimeError(f"server exited with {proc.returncode}; log: {log_path}")
                 with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"{base}/v1/models", timeout=2).status_code == 200:
+                    if httpx.get(f"{base}{ready_path}", timeout=2).status_code == 200:
                         break
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"server not ready in {START_TIMEOUT_S} s; log: {log_path}")

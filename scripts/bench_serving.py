@@ -1,4 +1,4 @@
-"""Serving scenarios: `overhead`, `lora-scaling`, `zipf`, `baseline-hf`. See docs/benchmarks.md."""
+"""Serving scenarios: `overhead`, `lora-scaling`, `baseline-hf`. See docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import httpx
 
 from bench_servers import (
-    bounded,
+    demo_assets,
     free_port,
     loraplex_command,
+    many_adapters,
     running,
-    stream_ttft,
     vllm_bench,
     vllm_command,
 )
@@ -26,28 +26,6 @@ MODEL_ID = "loraplex/tiny-llama"
 
 def _say(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
-
-
-def _demo():
-    from engine.demo_assets import data_home, ensure_demo_assets
-
-    return ensure_demo_assets(data_home())
-
-
-def _many_adapters(model_dir: Path, count: int, rank: int, tag: str) -> dict[str, Path]:
-    """`count` distinct rank-`rank` adapters (attention + MLP), generated once under the data directory."""
-    from adapters.demo import ATTENTION, MLP, DemoAdapterSpec, build_adapter
-    from engine.demo_assets import data_home
-
-    root = data_home() / f"bench-{tag}-r{rank}-v1"
-    out = {}
-    for i in range(count):
-        path = root / f"a{i:03d}"
-        if not (path / "adapter_model.safetensors").exists():
-            spec = DemoAdapterSpec(f"{tag}-{i}", rank=rank, alpha=rank, target_modules=ATTENTION + MLP, seed=7000 + i)
-            build_adapter(model_dir, spec, path)
-        out[f"{tag}-{i:03d}"] = path
-    return out
 
 
 # ---------------------------------------------------------------- overhead
@@ -62,7 +40,7 @@ def overhead(out_dir: Path, quick: bool) -> dict:
     vLLM's server runs in the same venv, so it loads loraplex's vLLM plugin too: both use the same LoRA
     ops and the difference is the serving layer.
     """
-    demo = _demo()
+    demo = demo_assets()
     adapters = dict(demo.adapter_dirs)
     concurrencies = (8,) if quick else OVERHEAD_CONCURRENCY
     rounds = 1 if quick else 2
@@ -112,8 +90,8 @@ SCALING_ADAPTERS = (0, 1, 4, 16)
 
 def lora_scaling(out_dir: Path, quick: bool) -> dict:
     """One loraplex server with 16 rank-16 adapters; the same load with 0 (base only), 1, 4, 16 of them."""
-    demo = _demo()
-    adapters = _many_adapters(demo.model_dir, 16, 16, "scale")
+    demo = demo_assets()
+    adapters = many_adapters(demo.model_dir, 16, 16, "scale")
     counts = (0, 1, 4) if quick else SCALING_ADAPTERS
     port = free_port()
     results = []
@@ -153,72 +131,6 @@ def lora_scaling_plot(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
-# ---------------------------------------------------------------- zipf
-
-
-ZIPF_ADAPTERS, ZIPF_S, ZIPF_MAX_LORAS, ZIPF_MAX_CPU_LORAS = 64, 1.1, 4, 16
-
-
-def zipf_schedule(num_adapters: int, num_requests: int, s: float, seed: int = 0) -> list[int]:
-    """Adapter index per request, P(k) proportional to 1 / (k + 1) ** s."""
-    rng = random.Random(seed)
-    weights = [1 / (k + 1) ** s for k in range(num_adapters)]
-    return rng.choices(range(num_adapters), weights=weights, k=num_requests)
-
-
-def cold_flags(schedule: list[int], cpu_slots: int) -> list[bool]:
-    """A request is cold when its adapter is not among the `cpu_slots` most recently used ones (the engine's
-    CPU tier is an LRU of that size), so it must be loaded from disk."""
-    recent: list[int] = []
-    flags = []
-    for adapter in schedule:
-        flags.append(adapter not in recent)
-        if adapter in recent:
-            recent.remove(adapter)
-        recent.append(adapter)
-        del recent[:-cpu_slots]
-    return flags
-
-
-def zipf(out_dir: Path, quick: bool) -> dict:
-    """64 adapters with Zipf popularity through 4 engine slots and 16 CPU slots: TTFT of cold vs warm."""
-    demo = _demo()
-    adapters = _many_adapters(demo.model_dir, ZIPF_ADAPTERS, 8, "zipf")
-    names = list(adapters)
-    num_requests = 64 if quick else 192
-    schedule = zipf_schedule(len(names), num_requests, ZIPF_S)
-    cold = cold_flags(schedule, ZIPF_MAX_CPU_LORAS)
-    port = free_port()
-    _say(f"zipf: starting server with {len(names)} adapters")
-    cmd = loraplex_command(port, adapters, ZIPF_MAX_LORAS, ZIPF_MAX_CPU_LORAS, demo.model_dir)
-    with running(cmd, port, out_dir / ".zipf.log") as base:
-        async def drive():
-            async with httpx.AsyncClient(base_url=base, timeout=300) as client:
-                jobs = [lambda i=i: stream_ttft(client, {"model": names[schedule[i]], "prompt": "tell me a story",
-                                                          "max_tokens": 16, "ignore_eos": True})
-                        for i in range(num_requests)]
-                started = time.perf_counter()
-                results = await bounded(8, jobs)
-                return results, time.perf_counter() - started
-
-        results, wall = asyncio.run(drive())
-    ttft = {"cold": [t for (t, _), c in zip(results, cold) if c], "warm": [t for (t, _), c in zip(results, cold) if not c]}
-
-    def pct(values, q):
-        return statistics.quantiles(values, n=100, method="inclusive")[q - 1] * 1000 if len(values) > 1 else float("nan")
-
-    return {"adapters": len(names), "zipf_s": ZIPF_S, "max_loras": ZIPF_MAX_LORAS, "max_cpu_loras": ZIPF_MAX_CPU_LORAS,
-            "requests": num_requests, "concurrency": 8, "distinct_adapters_used": len(set(schedule)),
-            "output_tok_s": sum(n for _, n in results) / wall,
-            "split": {k: {"count": len(v), "ttft_p50_ms": pct(v, 50), "ttft_p99_ms": pct(v, 99)} for k, v in ttft.items()}}
-
-
-def zipf_table(results: dict):
-    headers = ["requests", "count", "TTFT p50 ms", "TTFT p99 ms"]
-    rows = [[k, v["count"], round(v["ttft_p50_ms"], 1), round(v["ttft_p99_ms"], 1)] for k, v in results["split"].items()]
-    return headers, rows
-
-
 # ---------------------------------------------------------------- baseline-hf
 
 
@@ -229,7 +141,7 @@ def baseline_hf(out_dir: Path, quick: bool) -> dict:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    demo = _demo()
+    demo = demo_assets()
     names = [None, *demo.adapter_dirs]
     num_prompts, max_tokens = (8, 32) if quick else (32, 32)
     tokenizer = AutoTokenizer.from_pretrained(demo.model_dir)

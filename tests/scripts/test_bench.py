@@ -12,13 +12,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 import bench  # noqa: E402
 import bench_kernels  # noqa: E402
-import bench_serving  # noqa: E402
+import bench_tenants  # noqa: E402
+import bench_tiers  # noqa: E402
 from bench_report import markdown_table, replace_section, write_run  # noqa: E402
 
 
 @pytest.mark.parametrize("argv,expected", [
-    ([], ["overhead", "lora-scaling", "zipf", "baseline-hf", "kernels"]),
-    (["zipf", "kernels"], ["zipf", "kernels"]),
+    ([], ["overhead", "lora-scaling", "tiers", "noisy-neighbour", "baseline-hf", "kernels"]),
+    (["tiers", "kernels"], ["tiers", "kernels"]),
 ])
 def test_scenarios_parse(argv, expected):
     args = bench.build_parser().parse_args(argv)
@@ -32,6 +33,16 @@ def test_unknown_scenario_is_refused():
 
 def test_quick_set_is_marked():
     assert [n for n, s in bench.SCENARIOS.items() if s.in_quick] == ["overhead", "lora-scaling"]
+
+
+def test_report_renders_a_saved_run(tmp_path, monkeypatch, capsys):
+    path = write_run(tmp_path, "tiers", "python scripts/bench.py tiers", {"quick": False},
+                     {**TIERS_FIXTURE, "wall_seconds": 1.0})
+    monkeypatch.setattr(bench, "DOC", tmp_path / "bench.md")
+    bench.main(["--report", str(path)])
+    doc = (tmp_path / "bench.md").read_text()
+    assert "<!-- bench-tiers:start -->" in doc and "| engine | 2 | 41 | 151 | 0 |" in doc
+    assert path.with_suffix(".png").exists() and "store fetches" in capsys.readouterr().out
 
 
 def test_report_writer(tmp_path):
@@ -68,20 +79,102 @@ def test_scenario_tables_on_fixtures(tmp_path):
     assert rows[1] == ["3 adapters r16", "-", 10, 40, 0.1, 0.4, 4.0]
     bench_kernels.plot(KERNEL_FIXTURE, tmp_path / "k.png")
     assert (tmp_path / "k.png").stat().st_size > 0
-    _, rows = bench_serving.zipf_table({"split": {"cold": {"count": 3, "ttft_p50_ms": 10.0, "ttft_p99_ms": 20.0}}})
-    assert rows == [["cold", 3, 10.0, 20.0]]
-
-
-@pytest.mark.parametrize("schedule,slots,expected", [
-    ([0, 1, 0, 2, 1], 2, [True, True, False, True, True]),
-    ([0, 0, 0], 1, [True, False, False]),
-    ([0, 1, 2, 0], 3, [True, True, True, False]),
-])
-def test_cold_flags(schedule, slots, expected):
-    assert bench_serving.cold_flags(schedule, slots) == expected
 
 
 def test_zipf_schedule_is_seeded_and_skewed():
-    schedule = bench_serving.zipf_schedule(64, 2000, 1.1)
-    assert schedule == bench_serving.zipf_schedule(64, 2000, 1.1)
+    schedule = bench_tiers.zipf_schedule(64, 2000, 1.1)
+    assert schedule == bench_tiers.zipf_schedule(64, 2000, 1.1)
     assert schedule.count(0) > schedule.count(10) > schedule.count(60)
+
+
+@pytest.mark.parametrize(("values", "q", "expected"), [
+    ([0.1, 0.2, 0.3], 50, 200.0),
+    ([0.0, 1.0], 99, 990.0),
+    ([0.5], 50, None),
+    ([], 99, None),
+])
+def test_percentile_ms(values, q, expected):
+    assert bench_tiers.percentile_ms(values, q) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("values", "limit", "expected"), [
+    ([0.1, 0.5, 0.9], 0.5, 2 / 3),
+    ([1.0], 0.5, 0.0),
+    ([], 0.5, None),
+])
+def test_within(values, limit, expected):
+    assert bench_tenants.within(values, limit) == pytest.approx(expected)
+
+
+METRICS_PAGE = """\
+# HELP loraplex_adapter_cache_hits_total Adapter found in a tier.
+# TYPE loraplex_adapter_cache_hits_total counter
+loraplex_adapter_cache_hits_total{adapter="x@1",tier="engine"} 3.0
+loraplex_adapter_cache_hits_total{adapter="y@1",tier="engine"} 2.0
+loraplex_adapter_cache_hits_total{adapter="y@1",tier="cpu"} 1.0
+# HELP loraplex_adapter_cache_misses_total Adapter not found in a tier.
+# TYPE loraplex_adapter_cache_misses_total counter
+loraplex_adapter_cache_misses_total{adapter="x@1",tier="disk"} 1.0
+# HELP loraplex_adapter_load_seconds Time to bring an adapter into a tier.
+# TYPE loraplex_adapter_load_seconds histogram
+loraplex_adapter_load_seconds_bucket{le="+Inf",tier="cpu"} 2.0
+loraplex_adapter_load_seconds_count{tier="cpu"} 2.0
+loraplex_adapter_load_seconds_sum{tier="cpu"} 0.04
+"""
+
+
+def test_tier_counts_and_delta():
+    counts = bench_tiers.tier_counts(METRICS_PAGE)
+    assert counts == {"engine": {"hits": 5.0}, "cpu": {"hits": 1.0, "loads": 2.0, "load_seconds": 0.04},
+                      "disk": {"misses": 1.0}}
+    before = {"engine": {"hits": 4.0}}
+    assert bench_tiers.counts_delta(counts, before)["engine"] == {"hits": 1.0}
+    assert bench_tiers.counts_delta(counts, before)["disk"] == {"misses": 1.0}
+
+
+TIERS_FIXTURE = {
+    "zipf_s": 1.1, "concurrency": 8, "max_tokens": 32, "max_loras": 4, "max_cpu_loras": 16, "rank": 8,
+    "ttft_by_tier": {t: {"count": 2, "ttft_p50_ms": 40.0 + i, "ttft_p99_ms": 150.0 + i, "not_as_expected": 0}
+                     for i, t in enumerate(bench_tiers.PROBE_TIERS)},
+    "load_by_tier": {"store": {"count": 2, "p50_ms": 20.0, "p99_ms": 21.0},
+                     "disk": {"count": 2, "p50_ms": 16.0, "p99_ms": None}},
+    "zipf": [{"distinct_adapters": 0, "distinct_used": 1, "output_tok_s": 300.4, "ttft_p50_ms": 80.0,
+              "ttft_p99_ms": 160.0, "tiers": {}},
+             {"distinct_adapters": 8, "distinct_used": 7, "output_tok_s": 150.6, "ttft_p50_ms": 170.0,
+              "ttft_p99_ms": 1100.3, "tiers": {"engine": {"hits": 20.0},
+                                               "cpu": {"hits": 5.0, "loads": 4.0, "load_seconds": 0.1},
+                                               "disk": {"hits": 1.0, "misses": 7.0}}}],
+}
+
+
+def test_tiers_tables_on_fixture(tmp_path):
+    ttft, loads, zipf = bench_tiers.tables(TIERS_FIXTURE)
+    assert [row[0] for row in ttft[2]] == ["engine", "cpu", "disk", "store"]
+    assert ttft[2][0] == ["engine", 2, 41.0, 151, 0]
+    assert loads[2] == [["disk", 2, 16.0, "-"], ["store", 2, 20.0, 21.0]]
+    assert zipf[2] == [["0 (base only)", 1, 300, 80.0, 160, 0, 0, 0, 0, 0, "-"],
+                       [8, 7, 151, 170, 1100, 20, 5, 1, 7, 4, 25.0]]
+    bench_tiers.plot(TIERS_FIXTURE, tmp_path / "t.png")
+    assert (tmp_path / "t.png").stat().st_size > 0
+
+
+def _phase(p99: float) -> dict:
+    return {"b_ttft_p50_ms": p99 / 2, "b_ttft_p95_ms": p99 * 0.9, "b_ttft_p99_ms": p99, "b_e2e_p99_ms": p99 * 3,
+            "b_within_ttft_objective": 0.5, "b_tok_s": 100.0, "a_tok_s": 0.0}
+
+
+def test_noisy_neighbour_table_on_fixture():
+    results = {"ttft_objective_s": 0.5, "modes": {
+        "fair": {"b_alone": _phase(100.0), "b_with_a": {**_phase(250.0), "b_ttft_p99_vs_alone": 2.5}}}}
+    [(_, headers, rows)] = bench_tenants.tables(results)
+    assert headers[6] == "B TTFT <= 500 ms"
+    assert rows == [["fair", "B alone", 50, 90, 100, 300, "50%", 100, 0, 1.0],
+                    ["fair", "B + A at 5x", 125, 225, 250, 750, "50%", 100, 0, 2.5]]
+
+
+def test_tenants_config_is_valid():
+    from api.tenancy.config import TenancyConfig
+
+    for admission in bench_tenants.MODES.values():
+        config = TenancyConfig.model_validate(bench_tenants.tenants_config({"a": "ka", "b": "kb"}, admission))
+        assert [t.name for t in config.tenants] == ["a", "b"]
