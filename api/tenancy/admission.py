@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Generic, TypeVar
 
 T = TypeVar("T")
+_EPS = 1e-9  # shares are fractions of slots; compare them with slot counts with this much slack
 
 
 @dataclass(order=True)
@@ -137,10 +138,12 @@ class FairAdmission:
 
     Fair shares are `max_running` split by weight among the tenants with requests running or waiting. A tenant
     under its share may take any free slot. A tenant at or over it borrows a free slot only if enough stay free
-    for the other tenants' unused shares, where a tenant's claim is the smaller of its share and its peak
-    concurrency over the last `reserve_window_s` seconds. So a client that finishes a request and sends the
-    next finds its slot still free instead of taken by a flood; `reserve_window_s` 0 makes admission fully
-    work-conserving (plain fair queueing).
+    for the other tenants' claims. A tenant's claim is the smaller of its share and its recent peak concurrency
+    (the highest running + waiting since it last stayed lower for `reserve_window_s`), less what it runs, and
+    only while it has requests running or waiting. So a client that keeps several requests going and sends
+    the next as one finishes finds its slot still free instead of taken by a flood. A client with one request
+    at a time has no claim between requests; its next request is still first in line for the next free slot.
+    `reserve_window_s` 0 turns claims off (plain work-conserving fair queueing).
 
     Cancellation-safe: a waiter cancelled before its grant leaves the queue, one cancelled after its
     grant hands the slot on. Single event loop; not thread-safe.
@@ -159,6 +162,7 @@ class FairAdmission:
         self._window = reserve_window_s
         self._queue: FairQueue[tuple[asyncio.Future, Ticket]] = FairQueue()
         self._running: Counter[str] = Counter()
+        self._total_running = 0
         self._weights: dict[str, float] = {}
         self._peaks: dict[str, tuple[int, float]] = {}  # tenant -> (peak running + queued, when it was reached)
         self._wake: asyncio.TimerHandle | None = None
@@ -166,7 +170,7 @@ class FairAdmission:
 
     @property
     def running(self) -> int:
-        return sum(self._running.values())
+        return self._total_running
 
     async def acquire(self, tenant: str, weight: float, cost: float = 1.0) -> Ticket:
         """Wait for a slot; raises QueueFull at once when `max_queued` requests already wait."""
@@ -174,7 +178,7 @@ class FairAdmission:
         ticket = Ticket(tenant)
         self._weights[tenant] = weight
         self._dispatch()  # claims may have lapsed since the last event
-        if self._may_start(tenant, started):
+        if self._verdicts(started, joining=tenant)(tenant):
             self._grant(ticket, started)
             return ticket
         queued = len(self._queue)
@@ -203,6 +207,7 @@ class FairAdmission:
         held = self._clock() - ticket.granted_at
         self._mean_hold_s += self._HOLD_SMOOTHING * (held - self._mean_hold_s)
         self._running[ticket.tenant] -= 1
+        self._total_running -= 1
         self._note_demand(ticket.tenant)
         self._dispatch()
 
@@ -216,12 +221,13 @@ class FairAdmission:
     def _grant(self, ticket: Ticket, now: float) -> None:
         ticket.granted_at = now
         self._running[ticket.tenant] += 1
+        self._total_running += 1
         self._note_demand(ticket.tenant)
 
     def _dispatch(self) -> None:
         while self.running < self.max_running and self._queue:
             now = self._clock()
-            popped = self._queue.pop_first(lambda tenant: self._may_start(tenant, now))
+            popped = self._queue.pop_first(self._verdicts(now))
             if popped is None:
                 self._wake_when_claims_lapse()
                 return
@@ -242,31 +248,43 @@ class FairAdmission:
 
     def _claim(self, tenant: str, share: float, now: float) -> int:
         """Free slots held for `tenant`: what is left of min(share, recent peak) after what it runs."""
+        if self._window <= 0:
+            return 0
         peak, at = self._peaks.get(tenant, (0, now))
         recent = max(peak, self._demand(tenant)) if now - at <= self._window else self._demand(tenant)
-        return max(0, math.floor(min(share, recent) + 1e-9) - self._running[tenant])
+        return max(0, math.floor(min(share, recent) + _EPS) - self._running[tenant])
 
-    def _may_start(self, tenant: str, now: float) -> bool:
-        free = self.max_running - self.running
+    def _verdicts(self, now: float, joining: str | None = None) -> Callable[[str], bool]:
+        """Whether a tenant may start one more request now. Shares and claims are computed once here, over the
+        tenants with requests running or waiting (and `joining`, a tenant about to ask)."""
+        free = self.max_running - self._total_running
         if free <= 0:
-            return False
-        weights = {t: w for t, w in self._weights.items() if t == tenant or self._demand(t) > 0}
+            return lambda tenant: False
+        weights = {t: w for t, w in self._weights.items() if t == joining or self._demand(t) > 0}
         total = sum(weights.values())
         shares = {t: self.max_running * w / total for t, w in weights.items()}
-        if self._running[tenant] < shares[tenant]:
-            return True
-        held = sum(self._claim(t, share, now) for t, share in shares.items() if t != tenant)
-        return free - 1 >= held
+        claims = {t: self._claim(t, share, now) for t, share in shares.items()}
+        all_claims = sum(claims.values())
+
+        def may_start(tenant: str) -> bool:
+            if self._running[tenant] < shares[tenant] - _EPS:
+                return True
+            return free - 1 >= all_claims - claims[tenant]
+
+        return may_start
 
     def _wake_when_claims_lapse(self) -> None:
-        """Waiters blocked only by other tenants' claims get another look once the claims' window passes."""
+        """Waiters blocked only by other tenants' claims get another look once the claims' window has passed."""
+        if self._window <= 0 or self._wake is not None:
+            return
         try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
+            self._wake = asyncio.get_running_loop().call_later(self._window, self._on_wake)
+        except RuntimeError:  # no running loop: only the next acquire or release dispatches
             return
-        if self._window <= 0 or (self._wake is not None and self._wake.when() > loop.time()):
-            return
-        self._wake = loop.call_later(self._window, self._dispatch)
+
+    def _on_wake(self) -> None:
+        self._wake = None
+        self._dispatch()
 
     def _retry_after(self, queued: int) -> float:
         """Rough wait for the queue to move by one place per slot: mean hold time times queue depth."""

@@ -99,6 +99,24 @@ def test_remove_skips_the_item_and_returns_its_share():
         queue.pop()
 
 
+@pytest.mark.parametrize(("allowed", "order"), [
+    ({"A", "B"}, "ABAB"),
+    ({"B"}, "BB"),
+    (set(), ""),
+])
+def test_pop_first_keeps_fair_order_among_allowed_tenants(allowed, order):
+    queue: FairQueue[int] = FairQueue()
+    for i in range(2):
+        queue.push("A", i, 1)
+        queue.push("B", i, 1)
+    popped = []
+    while (item := queue.pop_first(lambda tenant: tenant in allowed)) is not None:
+        popped.append(item)
+    assert "".join(t for t, _ in popped) == order
+    assert [i for t, i in popped if t == "B"] == sorted(i for t, i in popped if t == "B")
+    assert len(queue) == 4 - len(order)
+
+
 @pytest.mark.parametrize(("weight", "cost"), [(0, 1), (-1, 1), (1, 0)])
 def test_rejects_non_positive_weight_or_cost(weight, cost):
     with pytest.raises(ValueError):
@@ -255,12 +273,12 @@ async def _b_then_a_flood(admission: FairAdmission) -> tuple[list, list, list]:
     return b, a, waiting
 
 
-@pytest.mark.parametrize(("window", "b_waits"), [(0.0, True), (2.0, False)])
-async def test_a_returning_client_finds_its_slot_free(window, b_waits):
+@pytest.mark.parametrize(("window", "step", "b_waits"), [(0.0, 0.0, True), (0.0, 0.01, True), (2.0, 0.01, False)])
+async def test_a_returning_client_finds_its_slot_free(window, step, b_waits):
     clock = FakeClock()
     admission = FairAdmission(max_running=4, max_queued=10, clock=clock, reserve_window_s=window)
     b, a, waiting = await _b_then_a_flood(admission)
-    clock.now += 0.01
+    clock.now += step
     admission.release(b[0])  # B's client sends its next request a moment later
     await settle_tasks()
     assert sum(t.done() for t in waiting) == (1 if b_waits else 0)
@@ -298,10 +316,14 @@ async def test_claims_lapse_after_the_window():
     clock.now += 1.0
     first = await asyncio.wait_for(waiting[0], 1)  # woken by the window's timer, no other event
     assert first.tenant == "A" and not waiting[1].done()
-    for ticket in [*a, b[1], first]:
+    admission.release(b[1])  # B has nothing left: A takes the freed slot at once
+    await settle_tasks()
+    assert waiting[1].done()
+    for ticket in [*a, first]:
         admission.release(ticket)
     for task in waiting[1:]:
         admission.release(await asyncio.wait_for(task, 1))
+    assert (admission.stats().running, admission.stats().queued) == (0, 0)
 
 
 @pytest.mark.parametrize(("heavy_weight", "borrowed"), [(1, False), (3, True)])
