@@ -90,7 +90,8 @@ def test_ledger_survives_kill_9_during_load(server_process, keys, base_model_id,
 
     with ThreadPoolExecutor(8) as pool:
         futures = [pool.submit(one, i) for i in range(64)]
-        while len(completed) < 16:
+        deadline = time.monotonic() + 120
+        while len(completed) < 16 and time.monotonic() < deadline and not all(f.done() for f in futures):
             time.sleep(0.01)
         server_process.kill9()
         for f in futures:
