@@ -40,7 +40,7 @@ def versions() -> dict:
         except metadata.PackageNotFoundError:
             continue
     try:
-        out["git_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+        out["git_commit"] = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
                                            text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         pass

@@ -143,18 +143,23 @@ def vllm_bench(base_url: str, model: str, tokenizer: Path, concurrency: int, num
 
 
 async def stream_ttft(client: httpx.AsyncClient, body: dict) -> tuple[float, int]:
-    """Seconds to the first streamed token and the number of tokens received."""
+    """Seconds to the first streamed chunk with a choice (the first token; its text may be empty while a
+    character is incomplete) and the completion tokens the server counted (`stream_options.include_usage`)."""
     started = time.perf_counter()
-    first, tokens = None, 0
-    async with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as response:
+    first, tokens = None, None
+    body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    async with client.stream("POST", "/v1/completions", json=body) as response:
         response.raise_for_status()
         async for line in response.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
-            if chunk.get("choices") and chunk["choices"][0].get("text"):
-                first = first or time.perf_counter() - started
-                tokens += 1
+            if chunk.get("choices") and first is None:
+                first = time.perf_counter() - started
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+    if tokens is None:
+        raise RuntimeError("the stream ended without a usage chunk")
     return (first if first is not None else time.perf_counter() - started), tokens
 
 

@@ -78,6 +78,15 @@ def counts_delta(after: dict, before: dict) -> dict[str, dict[str, float]]:
             for tier, values in after.items()}
 
 
+def found_in(delta: dict[str, dict[str, float]]) -> str | None:
+    """The tier one request's adapter was found in, from the change in the server's hit and miss counts:
+    the fastest tier with a hit, or `store` when the disk tier missed (a fetch)."""
+    for tier in ("engine", "cpu", "disk"):
+        if delta.get(tier, {}).get("hits", 0) > 0:
+            return tier
+    return "store" if delta.get("disk", {}).get("misses", 0) > 0 else None
+
+
 def _body(model: str) -> dict:
     return {"model": model, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "ignore_eos": True, "temperature": 0}
 
@@ -99,9 +108,11 @@ async def _probe(client: httpx.AsyncClient, name: str) -> list[dict]:
 
     async def ttft(tier: str) -> None:
         resident = await _resident(client, name)
+        before = tier_counts((await client.get("/metrics")).text)
         seconds, tokens = await stream_ttft(client, _body(name))
+        found = found_in(counts_delta(tier_counts((await client.get("/metrics")).text), before))
         rows.append({"adapter": name, "tier": tier, "ttft_s": seconds, "tokens": tokens, "resident_before": resident,
-                     "as_expected": resident == EXPECTED_RESIDENT[tier]})
+                     "found_in": found, "as_expected": resident == EXPECTED_RESIDENT[tier] and found == tier})
 
     await ttft("store")
     await ttft("engine")

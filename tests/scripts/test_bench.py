@@ -132,6 +132,17 @@ def test_tier_counts_and_delta():
     assert bench_tiers.counts_delta(counts, before)["disk"] == {"misses": 1.0}
 
 
+@pytest.mark.parametrize(("delta", "tier"), [
+    ({"engine": {"hits": 1.0}, "cpu": {"hits": 0.0}}, "engine"),
+    ({"engine": {"misses": 1.0}, "cpu": {"hits": 1.0}}, "cpu"),
+    ({"engine": {"misses": 1.0}, "cpu": {"misses": 1.0}, "disk": {"hits": 1.0}}, "disk"),
+    ({"engine": {"misses": 1.0}, "cpu": {"misses": 1.0}, "disk": {"misses": 1.0, "loads": 1.0}}, "store"),
+    ({}, None),
+])
+def test_found_in(delta, tier):
+    assert bench_tiers.found_in(delta) == tier
+
+
 TIERS_FIXTURE = {
     "zipf_s": 1.1, "concurrency": 8, "max_tokens": 32, "max_loras": 4, "max_cpu_loras": 16, "rank": 8,
     "ttft_by_tier": {t: {"count": 2, "ttft_p50_ms": 40.0 + i, "ttft_p99_ms": 150.0 + i, "not_as_expected": 0}
@@ -164,12 +175,12 @@ def _phase(p99: float) -> dict:
 
 
 def test_noisy_neighbour_table_on_fixture():
-    results = {"ttft_objective_s": 0.5, "modes": {
+    results = {"ttft_objective_s": 0.5, "b_concurrency": 4, "a_concurrency": 20, "modes": {
         "fair": {"b_alone": _phase(100.0), "b_with_a": {**_phase(250.0), "b_ttft_p99_vs_alone": 2.5}}}}
     [(_, headers, rows)] = bench_tenants.tables(results)
     assert headers[6] == "B TTFT <= 500 ms"
     assert rows == [["fair", "B alone", 50, 90, 100, 300, "50%", 100, 0, 1.0],
-                    ["fair", "B + A at 5x", 125, 225, 250, 750, "50%", 100, 0, 2.5]]
+                    ["fair", "B + A", 125, 225, 250, 750, "50%", 100, 0, 2.5]]
 
 
 def test_tenants_config_is_valid():
