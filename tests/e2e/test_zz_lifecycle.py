@@ -60,10 +60,12 @@ def test_sigterm_drains_then_exits_zero(server_process, server, acme, base_model
     while not tokens:
         time.sleep(0.05)
     server_process.proc.send_signal(15)
-    time.sleep(0.5)
+    deadline = time.monotonic() + 10  # the signal is handled on the server's event loop, between stream chunks
+    while httpx.get(f"{server}/ready").status_code != 503 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert httpx.get(f"{server}/ready").status_code == 503
     refused = httpx.post(f"{server}/v1/completions", headers=acme, json={"model": base_model_id, "prompt": "x"})
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "draining"
-    assert httpx.get(f"{server}/ready").status_code == 503
     thread.join(120)
     assert done.is_set() and len(tokens) == 300, "the running stream finished"
     assert server_process.proc.wait(60) == 0
