@@ -174,8 +174,18 @@ class ServerProcess:
         self.children = _descendants(self.proc.pid)
 
     def ensure_running(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            self.start()
+        """Starts the server unless it is up and ready; one still shutting down is waited for first."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                if httpx.get(f"{self.url}/ready", timeout=5).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            try:
+                self.proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+        self.start()
 
     def kill9(self) -> None:
         """SIGKILL to the whole process group: server, engine core and workers die at once."""
