@@ -41,6 +41,9 @@ async def _on_unexpected(request: Request, e: Exception) -> JSONResponse:
     return _error_response(OpenAIError(500, "Internal server error.", code="internal_error"))
 
 
+_SETTLE_S = 5.0
+
+
 def create_app(server: Server) -> FastAPI:
     """`server.engine` is started by the lifespan and shut down when the app stops."""
 
@@ -52,6 +55,8 @@ def create_app(server: Server) -> FastAPI:
             yield
         finally:
             server.lifecycle.ready = False
+            # Requests uvicorn cancelled at shutdown close their accounts (ledger records) on their next step.
+            await server.lifecycle.wait_idle(_SETTLE_S)
             server.engine.shutdown()
             server.close()
 

@@ -2,7 +2,8 @@
 
 On SIGTERM the server keeps its socket open and answers new generation requests with 503 (so a load balancer
 sees a clear refusal, not a reset), lets running requests finish for up to `drain_timeout_s`, then stops
-uvicorn, whose lifespan shuts the engine down; the process exits 0.
+uvicorn. Requests still running after the timeout are cancelled by uvicorn's graceful-shutdown timeout; the
+lifespan waits for them to record their usage, then shuts the engine down; the process exits 0.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ class Lifecycle:
     async def drain(self, timeout_s: float) -> bool:
         """True when every request finished within the timeout."""
         self.draining = True
+        return await self.wait_idle(timeout_s)
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """True when no request is in flight within the timeout."""
         try:
             await asyncio.wait_for(self._idle.wait(), timeout_s)
             return True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import httpx
 import pytest
@@ -16,7 +17,8 @@ from engine.types import ChoiceDelta, EngineError, EngineLoad
 
 
 class FakeEngine:
-    """Emits `tokens_per_request` one-token deltas per choice; can fail after `fail_after` steps."""
+    """Emits `tokens_per_request` one-token deltas per choice; can fail after `fail_after` steps, or wait after
+    the first step until `hold` (a threading.Event, so another thread can release it) is set."""
 
     model_id = "fake-base"
     max_model_len = 64
@@ -27,6 +29,7 @@ class FakeEngine:
         self.fail_after: int | None = None
         self.tokens_per_request = 4
         self.step_delay = 0.0
+        self.hold: threading.Event | None = None
         self.aborted: list[str] = []
         self.requests: list[tuple] = []
 
@@ -46,6 +49,8 @@ class FakeEngine:
             if self.fail_after is not None and step >= self.fail_after:
                 raise EngineError("injected failure")
             await asyncio.sleep(self.step_delay)
+            while step == 1 and self.hold is not None and not self.hold.is_set():
+                await asyncio.sleep(0.01)
             token = 100 + step
             yield [ChoiceDelta(index=i, text=self._tokenizer.decode([token]), token_ids=(token,),
                                finish_reason="length" if step == count - 1 else None) for i in range(params.n)]

@@ -1,0 +1,125 @@
+"""SIGTERM drain over real HTTP (uvicorn on loopback) around the fake engine, whose generation can be held
+open, so the checks during the drain do not race the end of the running request."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
+
+from api.lifecycle import DrainingServer
+from api.tenancy.ledger import UsageLedger
+
+
+class RunningServer:
+    """A DrainingServer on its own thread and event loop, on a loopback port chosen by the kernel."""
+
+    def __init__(self, app, lifecycle, drain_timeout_s: float):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1)
+        self.server = DrainingServer(config, lifecycle, drain_timeout_s)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.loop.run_until_complete(self.server.serve(sockets=[self.sock]))
+            # A process would exit here and close its sockets; let transports closed on the way out finish.
+            self.loop.run_until_complete(asyncio.sleep(0.2))
+        finally:
+            self.loop.close()
+            self.sock.close()
+
+    def __enter__(self) -> RunningServer:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert self.server.started
+        return self
+
+    def sigterm(self) -> None:
+        """What the signal handler does, on the server's loop (signals only reach a main thread)."""
+        self.loop.call_soon_threadsafe(self.server.handle_exit, signal.SIGTERM, None)
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+def _stream(url: str, events: list[str]) -> None:
+    try:
+        with httpx.stream("POST", f"{url}/v1/completions", timeout=10,
+                          json={"model": "fake-base", "prompt": "x", "max_tokens": 4, "stream": True}) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: "):
+                    events.append(line)
+    except httpx.HTTPError:
+        events.append("cut")
+
+
+@pytest.fixture
+def held(fake_engine):
+    fake_engine.tokens_per_request = 4
+    fake_engine.hold = threading.Event()
+    return fake_engine.hold
+
+
+def _start_held_stream(url: str) -> tuple[threading.Thread, list[str]]:
+    events: list[str] = []
+    thread = threading.Thread(target=_stream, args=(url, events))
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not events and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert events, "the stream started"
+    return thread, events
+
+
+def test_drain_refuses_new_work_finishes_running_then_stops(fake_app, fake_server, held):
+    with RunningServer(fake_app, fake_server.lifecycle, drain_timeout_s=30) as running, \
+            httpx.Client(base_url=running.url, timeout=10) as client:
+        assert client.get("/ready").status_code == 200
+        thread, events = _start_held_stream(running.url)
+        running.sigterm()
+        deadline = time.monotonic() + 10
+        while client.get("/ready").status_code != 503 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ready = client.get("/ready")
+        assert ready.status_code == 503 and ready.json()["error"]["code"] == "draining"
+        refused = client.post("/v1/completions", json={"model": "fake-base", "prompt": "x"})
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "draining"
+        assert client.get("/health").status_code == 200, "still serving while it drains"
+        assert running.thread.is_alive() and fake_server.lifecycle.in_flight == 1
+        held.set()
+        thread.join(10)
+        assert len(events) == 5 and events[-1] == "data: [DONE]", "the running stream finished"
+        running.thread.join(10)
+        assert not running.thread.is_alive(), "stopped once the drain completed"
+        # uvicorn re-raises captured signals after shutdown; a completed drain must exit 0 instead.
+        assert running.server._captured_signals == []
+
+
+def test_drain_timeout_bounds_the_wait(fake_app, fake_server, held):
+    with RunningServer(fake_app, fake_server.lifecycle, drain_timeout_s=0.5) as running:
+        thread, events = _start_held_stream(running.url)
+        started = time.monotonic()
+        running.sigterm()
+        running.thread.join(10)
+        assert not running.thread.is_alive()
+        # 0.5 s of drain, then uvicorn's graceful shutdown (1 s here) cancels what is left.
+        assert time.monotonic() - started < 5
+        thread.join(10)
+        assert events[-1] == "cut", "the held stream was cut, not completed"
+    # The cancelled request still records its usage: the lifespan waits for it before closing the ledger.
+    with UsageLedger.reader(fake_server.ledger.path) as ledger:
+        rows = ledger.query()
+    assert [(r["status"], r["completion_tokens"]) for r in rows] == [(499, 1)]
