@@ -1,4 +1,4 @@
-"""Operating the real server: dashboard in a real browser, JSON request logs, readiness, SIGTERM drain, and
+"""Operating the real server: dashboard in a real browser, JSON request logs, SIGTERM drain, and
 the usage ledger after kill -9. Runs last among the end-to-end tests because it stops the session server."""
 
 from __future__ import annotations
@@ -41,38 +41,28 @@ def test_one_json_log_line_per_request(server, keys, base_model_id):
     assert record["completion_tokens"] == 3
 
 
-def test_sigterm_drains_then_exits_zero(server_process, server, acme, base_model_id):
-    # One client made up front: a new client per call costs ~60 ms of CPU idle (TLS context), which on two busy
-    # cores can stretch past the whole drain. The stream is long enough that the checks fall inside the drain.
-    client = httpx.Client(base_url=server, timeout=30)
-    assert client.get("/ready").status_code == 200
-    tokens, done = [], threading.Event()
-
-    def stream():
-        with httpx.stream("POST", f"{server}/v1/completions", headers=acme, timeout=120,
-                          json={"model": base_model_id, "prompt": "x", "max_tokens": 1000, "ignore_eos": True,
-                                "stream": True}) as response:
-            for line in response.iter_lines():
-                if line.startswith("data: ") and line != "data: [DONE]":
-                    tokens.append(line)
-                if line == "data: [DONE]":
-                    done.set()
-
-    thread = threading.Thread(target=stream)
-    thread.start()
-    while not tokens:
-        time.sleep(0.05)
-    server_process.proc.send_signal(15)
-    deadline = time.monotonic() + 10  # the signal is handled on the server's event loop, between stream chunks
-    while client.get("/ready").status_code != 503 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert client.get("/ready").status_code == 503
-    refused = client.post("/v1/completions", headers=acme, json={"model": base_model_id, "prompt": "x"})
-    assert refused.status_code == 503 and refused.json()["error"]["code"] == "draining"
-    client.close()
-    thread.join(120)
-    assert done.is_set() and len(tokens) == 1000, "the running stream finished"
+def test_sigterm_lets_a_running_stream_finish_then_exits_zero(server_process, server, acme, base_model_id):
+    # What the real process must do on SIGTERM: finish the stream it is serving, token for token, and exit 0.
+    # Readiness and refusals during the drain are checked where the drain can be held open on purpose
+    # (tests/api/test_lifecycle.py); here the stream would have to outlast the checks, a race on a busy machine.
+    events: list[str] = []
+    with httpx.stream("POST", f"{server}/v1/completions", headers=acme, timeout=120,
+                      json={"model": base_model_id, "prompt": "x", "max_tokens": 1000, "ignore_eos": True,
+                            "stream": True, "stream_options": {"include_usage": True}}) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            if not events:
+                server_process.proc.send_signal(15)
+            events.append(line)
+    assert events[-1] == "data: [DONE]", "the running stream finished"
+    chunks = [json.loads(event[6:]) for event in events[:-1]]
+    assert chunks[-1]["usage"]["completion_tokens"] == 1000
+    assert [c["finish_reason"] for chunk in chunks for c in chunk["choices"] if c["finish_reason"]] == ["length"]
     assert server_process.proc.wait(60) == 0
+    log = server_process.log_path.read_text()
+    assert "SIGTERM: draining 1 request(s)" in log and "drain complete" in log
 
 
 def test_ledger_survives_kill_9_during_load(server_process, keys, base_model_id, demo_home):
