@@ -41,9 +41,10 @@ class FairQueue(Generic[T]):
         self._virtual_time = 0.0
         self._last_finish: dict[str, float] = {}
         self._queued: Counter[str] = Counter()
+        self._total = 0
 
     def __len__(self) -> int:
-        return sum(self._queued.values())
+        return self._total
 
     @property
     def virtual_time(self) -> float:
@@ -63,6 +64,7 @@ class FairQueue(Generic[T]):
         entry = _Entry(tag, next(self._seq), tenant, tag + cost / weight, item)
         self._last_finish[tenant] = entry.finish
         self._queued[tenant] += 1
+        self._total += 1
         self._fifos.setdefault(tenant, deque()).append(entry)
         return entry
 
@@ -89,6 +91,7 @@ class FairQueue(Generic[T]):
         self._fifos[best.tenant].popleft()
         best.live = False
         self._queued[best.tenant] -= 1
+        self._total -= 1
         self._virtual_time = max(self._virtual_time, best.tag)
         return best.tenant, best.item
 
@@ -98,6 +101,7 @@ class FairQueue(Generic[T]):
             return False
         entry.live = False
         self._queued[entry.tenant] -= 1
+        self._total -= 1
         if self._last_finish.get(entry.tenant) == entry.finish:
             # The tenant's newest item left: give back the share it had booked.
             self._last_finish[entry.tenant] = entry.tag
@@ -183,6 +187,7 @@ class FairAdmission:
             return ticket
         queued = len(self._queue)
         if queued >= self.max_queued:
+            self._forget_if_idle(tenant)
             raise QueueFull(self._retry_after(queued), queued)
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         entry = self._queue.push(tenant, (future, ticket), weight, cost)
@@ -194,6 +199,7 @@ class FairAdmission:
             if future.done() and not future.cancelled():
                 self.release(ticket)
             elif self._queue.remove(entry):
+                self._forget_if_idle(tenant)
                 self._dispatch()  # a claim may have gone with it
             raise
         ticket.queue_seconds = ticket.granted_at - started
@@ -209,6 +215,7 @@ class FairAdmission:
         self._running[ticket.tenant] -= 1
         self._total_running -= 1
         self._note_demand(ticket.tenant)
+        self._forget_if_idle(ticket.tenant)
         self._dispatch()
 
     def stats(self) -> AdmissionStats:
@@ -236,6 +243,12 @@ class FairAdmission:
                 continue
             self._grant(ticket, now)
             future.set_result(None)
+
+    def _forget_if_idle(self, tenant: str) -> None:
+        """Shares are over tenants with demand; dropping idle ones keeps each verdict O(active tenants), not
+        O(every tenant seen). Their peaks stay: a client back within the window still has its claim."""
+        if self._demand(tenant) == 0:
+            self._weights.pop(tenant, None)
 
     def _demand(self, tenant: str) -> int:
         return self._running[tenant] + self._queue.queued_of(tenant)
