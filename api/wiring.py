@@ -205,7 +205,8 @@ def _disk_evicted(metrics: Metrics, entry: CacheEntry) -> None:
 
 def _engine_gauges(engine: EngineClient) -> EngineGauges:
     load = engine.load()
-    return EngineGauges(load.running, load.waiting, load.kv_cache_usage, engine.num_unfinished_requests())
+    return EngineGauges(load.running, load.waiting, load.kv_cache_usage, engine.num_unfinished_requests(),
+                        load.generation_tokens)
 
 
 def _admission_counts(admission: FairAdmission) -> dict[str, AdmissionCounts]:

@@ -61,6 +61,7 @@ def _load_logger_factory(load: EngineLoad, step_listeners: list[StepListener]):
                 load.running_by_adapter = dict(scheduler_stats.running_lora_adapters)
                 load.steps += 1
             if iteration_stats is not None:
+                load.generation_tokens += iteration_stats.num_generation_tokens
                 tokens = iteration_stats.num_generation_tokens + iteration_stats.num_prompt_tokens
                 busy = scheduler_stats is None or scheduler_stats.num_running_reqs > 0 or tokens > 0
                 for listener in step_listeners:

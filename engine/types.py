@@ -58,6 +58,7 @@ class EngineLoad:
     waiting: int = 0
     kv_cache_usage: float = 0.0
     steps: int = 0
+    generation_tokens: int = 0  # since start, including those of requests later aborted
     running_by_adapter: dict[str, int] = field(default_factory=dict)
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from api.observability.labels import OTHER, LabelBounder
 from api.observability.outcome import RequestOutcome
@@ -34,6 +34,7 @@ class EngineGauges(NamedTuple):
     waiting: int
     kv_cache_usage: float  # 0..1
     unfinished: int
+    generation_tokens: int  # counter: every token the engine generated, delivered or not
 
 
 class AdmissionCounts(NamedTuple):
@@ -277,6 +278,8 @@ class Metrics:
                 ("unfinished_requests", "Requests the engine frontend still tracks.", load.unfinished),
             ):
                 yield GaugeMetricFamily(f"loraplex_engine_{name}", doc, value=value)
+            yield CounterMetricFamily("loraplex_engine_generation_tokens", "Tokens the engine generated, including "
+                                      "those of requests aborted before delivery.", value=load.generation_tokens)
         if self._admission_source is not None:
             queued = GaugeMetricFamily("loraplex_admission_queued_requests", "Requests waiting for admission.",
                                        labels=("tenant",))

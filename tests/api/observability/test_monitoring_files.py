@@ -28,7 +28,7 @@ def exported() -> set[str]:
     metrics.observe(RequestOutcome("r", "acme", "normal", "support", "3", 200, 10, 5, 0.01, 0.2, 0.6,
                                    (0.1, 0.1), 0.002, 0.001, 0.0))
     metrics.observe_rejected(401)
-    metrics.set_engine_source(lambda: EngineGauges(1, 2, 0.5, 3))
+    metrics.set_engine_source(lambda: EngineGauges(1, 2, 0.5, 3, 40))
     metrics.set_admission_source(lambda: {"acme": AdmissionCounts(1, 1)})
     metrics.cache_hit("support@3", "engine")
     metrics.cache_miss("support@3", "cpu")

@@ -167,13 +167,15 @@ def test_slo_gauges_follow_the_windows(outcome, clock):
 def test_engine_and_admission_sources():
     metrics = make_metrics(top_n=1)
     assert value(metrics, "loraplex_engine_running_requests") is None  # no source yet
-    metrics.set_engine_source(lambda: EngineGauges(running=3, waiting=4, kv_cache_usage=0.25, unfinished=9))
+    metrics.set_engine_source(lambda: EngineGauges(running=3, waiting=4, kv_cache_usage=0.25, unfinished=9,
+                                                         generation_tokens=77))
     metrics.set_admission_source(lambda: {"a": AdmissionCounts(1, 2), "b": AdmissionCounts(3, 4),
                                           "c": AdmissionCounts(5, 6)})
     assert value(metrics, "loraplex_engine_running_requests") == 3
     assert value(metrics, "loraplex_engine_waiting_requests") == 4
     assert value(metrics, "loraplex_engine_kv_cache_usage_ratio") == 0.25
     assert value(metrics, "loraplex_engine_unfinished_requests") == 9
+    assert value(metrics, "loraplex_engine_generation_tokens_total") == 77
     assert value(metrics, "loraplex_admission_queued_requests", tenant="a") == 1
     assert value(metrics, "loraplex_admission_queued_requests", tenant="other") == 8
     assert value(metrics, "loraplex_admission_running_requests", tenant="other") == 10
