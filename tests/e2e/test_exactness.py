@@ -15,10 +15,12 @@ PROMPTS = [
     "Please write a poem about a river and a mountain.",
 ]
 MAX_TOKENS = 24
+# Long enough that all 18 streams of a mixed batch are in the engine together, even on a starved runner.
+MIXED_MAX_TOKENS = 64
 
 
-def _completion_body(model: str, prompt_ids: list[int], stream: bool = False) -> dict:
-    return {"model": model, "prompt": prompt_ids, "max_tokens": MAX_TOKENS, "temperature": 0,
+def _completion_body(model: str, prompt_ids: list[int], stream: bool = False, max_tokens: int = MAX_TOKENS) -> dict:
+    return {"model": model, "prompt": prompt_ids, "max_tokens": max_tokens, "temperature": 0,
             "ignore_eos": True, "return_token_ids": True, "stream": stream}
 
 
@@ -76,14 +78,20 @@ async def test_mixed_batch_matches_hf(server, acme, hf_reference, tokenizer, bas
     for model, adapter in models * 2:
         for prompt in PROMPTS:
             jobs.append((model, adapter, tokenizer.encode(prompt, add_special_tokens=False)))
-    async with httpx.AsyncClient(base_url=server, headers=acme, timeout=180) as client:
-        results = await asyncio.gather(
-            *[_stream_tokens(client, _completion_body(model, ids, stream=True)) for model, _, ids in jobs]
-        )
-    # Every request had produced a token before any finished: they shared engine steps.
-    assert max(first for _, first, _ in results) < min(last for _, _, last in results)
-    for (model, adapter, ids), (tokens, _, _) in zip(jobs, results):
-        assert tokens == hf_reference.greedy(adapter, ids, MAX_TOKENS), model
+    # The batch shows isolation only if its requests shared engine steps: every one had produced a token before
+    # any finished. A starved CI runner can send them too far apart, so that is checked and the batch resent.
+    gaps = []
+    for _ in range(3):
+        async with httpx.AsyncClient(base_url=server, headers=acme, timeout=180) as client:
+            results = await asyncio.gather(*[
+                _stream_tokens(client, _completion_body(model, ids, stream=True, max_tokens=MIXED_MAX_TOKENS))
+                for model, _, ids in jobs])
+        for (model, adapter, ids), (tokens, _, _) in zip(jobs, results):
+            assert tokens == hf_reference.greedy(adapter, ids, MIXED_MAX_TOKENS), model
+        gaps.append(min(last for _, _, last in results) - max(first for _, first, _ in results))
+        if gaps[-1] > 0:
+            break
+    assert gaps[-1] > 0, f"the requests never all overlapped: first-finish minus last-first-token per try {gaps}"
 
 
 def test_slot_reuse_stays_exact(server, acme, hf_reference, tokenizer, adapter_dirs):
