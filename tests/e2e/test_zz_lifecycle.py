@@ -27,14 +27,22 @@ def test_dashboard_in_headless_chromium(server, keys, acme, base_model_id):
     assert 'id="resident-cpu"' in dom and 'data-adapter="' in dom  # adapters resident in the tiers
 
 
+def _log_records(request_id: str) -> list[dict]:
+    return [json.loads(line) for line in (ARTIFACTS / "server.log").read_text().splitlines()
+            if line.startswith("{") and request_id in line]
+
+
 def test_one_json_log_line_per_request(server, keys, base_model_id):
     request_id = f"log-{time.time_ns()}"
     response = httpx.post(f"{server}/v1/completions", headers={**keys.headers("obs"), "X-Request-Id": request_id},
                           json={"model": base_model_id, "prompt": "hi", "max_tokens": 3}, timeout=60)
     assert response.status_code == 200
-    time.sleep(0.5)
-    lines = [json.loads(line) for line in (ARTIFACTS / "server.log").read_text().splitlines()
-             if line.startswith("{") and request_id in line]
+    # The server process writes the line when the request's account closes, which may trail the response.
+    deadline = time.monotonic() + 15
+    while not _log_records(request_id) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # a second line for the same request, if there were one, would come with the first
+    lines = _log_records(request_id)
     assert len(lines) == 1
     record = lines[0]
     assert record["request_id"] == request_id and record["tenant"] == "obs" and record["status"] == 200
