@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -29,6 +30,24 @@ REPO = Path(__file__).resolve().parents[1]
 ENGINE = dict(dtype="float32", max_model_len=1024, max_num_seqs=64, max_lora_rank=64, seed=0)
 KV_CACHE_GIB = 1
 START_TIMEOUT_S = 300
+
+
+def say(message: str) -> None:
+    """Progress on stderr; stdout carries the tables."""
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def percentile_ms(values: list[float], q: int) -> float | None:
+    """The q-th percentile (inclusive method) of seconds, in milliseconds; None without two values."""
+    if len(values) < 2:
+        return None
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] * 1000
+
+
+def own_state(state: str) -> tuple[str, ...]:
+    """loraplex flags that put its registry, disk cache and ledger under `state`, so a run starts empty."""
+    return ("--store-uri", f"{state}/blobs", "--index-path", f"{state}/index.sqlite",
+            "--disk-cache-dir", f"{state}/cache", "--ledger-path", f"{state}/usage.sqlite")
 
 
 def free_port() -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -17,15 +16,12 @@ from bench_servers import (
     loraplex_command,
     many_adapters,
     running,
+    say,
     vllm_bench,
     vllm_command,
 )
 
 MODEL_ID = "loraplex/tiny-llama"
-
-
-def _say(message: str) -> None:
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------- overhead
@@ -50,12 +46,12 @@ def overhead(out_dir: Path, quick: bool) -> dict:
             port = free_port()
             cmd = (loraplex_command(port, adapters, 4, 8, demo.model_dir) if server == "loraplex"
                    else vllm_command(port, demo.model_dir, MODEL_ID, adapters, 4, 8))
-            _say(f"overhead: round {r + 1}/{rounds}, {server}: starting server")
+            say(f"overhead: round {r + 1}/{rounds}, {server}: starting server")
             with running(cmd, port, out_dir / f".overhead-{server}.log") as base:
                 for c in concurrencies:
                     result = vllm_bench(base, MODEL_ID, demo.model_dir, c, max(16, 2 * c), list(adapters))
                     runs[server].setdefault(c, []).append(result)
-                    _say(f"  {server:8s} c={c:2d} {result['output_throughput']:7.0f} tok/s "
+                    say(f"  {server:8s} c={c:2d} {result['output_throughput']:7.0f} tok/s "
                          f"ttft p50 {result['median_ttft_ms']:6.1f} ms")
     summary = []
     for c in concurrencies:
@@ -95,12 +91,12 @@ def lora_scaling(out_dir: Path, quick: bool) -> dict:
     counts = (0, 1, 4) if quick else SCALING_ADAPTERS
     port = free_port()
     results = []
-    _say("lora-scaling: starting server")
+    say("lora-scaling: starting server")
     with running(loraplex_command(port, adapters, 16, 16, demo.model_dir), port, out_dir / ".scaling.log") as base:
         for n in counts:
             result = vllm_bench(base, MODEL_ID, demo.model_dir, 16, 48, list(adapters)[:n])
             results.append({"adapters": n, **result})
-            _say(f"  {n:2d} adapters {result['output_throughput']:7.0f} tok/s")
+            say(f"  {n:2d} adapters {result['output_throughput']:7.0f} tok/s")
     for row in results:
         row["vs_base_only"] = row["output_throughput"] / results[0]["output_throughput"]
     return {"concurrency": 16, "num_prompts": 48, "rank": 16, "results": results}
@@ -151,7 +147,7 @@ def baseline_hf(out_dir: Path, quick: bool) -> dict:
                for _ in range(num_prompts)]
     plan = [(names[i % len(names)], p) for i, p in enumerate(prompts)]
 
-    _say("baseline-hf: transformers + peft, one request at a time")
+    say("baseline-hf: transformers + peft, one request at a time")
     base = AutoModelForCausalLM.from_pretrained(demo.model_dir, dtype=torch.float32)
     first, *rest = demo.adapter_dirs.items()
     model = PeftModel.from_pretrained(base, first[1], adapter_name=first[0])
@@ -174,7 +170,7 @@ def baseline_hf(out_dir: Path, quick: bool) -> dict:
     hf_wall = time.perf_counter() - started
 
     port = free_port()
-    _say("baseline-hf: loraplex, the same prompts, all at once")
+    say("baseline-hf: loraplex, the same prompts, all at once")
     with running(loraplex_command(port, demo.adapter_dirs, 4, 8, demo.model_dir), port, out_dir / ".hf.log") as url:
         async def drive():
             async with httpx.AsyncClient(base_url=url, timeout=300) as client:

@@ -20,24 +20,27 @@ of B's requests within the default TTFT objective, and both tenants' output toke
 from __future__ import annotations
 
 import asyncio
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
-from bench_servers import demo_assets, free_port, loraplex_command, running, stream_ttft
-from bench_tiers import percentile_ms
+from bench_servers import (
+    demo_assets,
+    free_port,
+    loraplex_command,
+    own_state,
+    percentile_ms,
+    running,
+    say,
+    stream_ttft,
+)
 
 ENGINE_BATCH, SHARE, FLOOD_FACTOR, MAX_TOKENS = 8, 4, 5, 32
 TTFT_OBJECTIVE_S = 0.5  # the default objective (api/observability/slo.py DEFAULT_SLO): p95 TTFT <= 500 ms
 PROMPT = "write a short answer about rivers, mountains and the sea"
 TENANT_ADAPTERS = {"a": "sql-helper", "b": "support-bot"}
-
-
-def _say(message: str) -> None:
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
 MODES = {  # admission settings in the tenants file
@@ -131,10 +134,8 @@ def run(out_dir: Path, quick: bool) -> dict:
             config.write_text(yaml.safe_dump(tenants_config(keys, admission), sort_keys=False))
             port = free_port()
             cmd = loraplex_command(port, adapters, 4, 8, demo.model_dir, extra=(
-                "--max-num-seqs", str(ENGINE_BATCH), "--config", str(config), "--store-uri", f"{state}/blobs",
-                "--index-path", f"{state}/index.sqlite", "--disk-cache-dir", f"{state}/cache",
-                "--ledger-path", f"{state}/usage.sqlite"))
-            _say(f"noisy-neighbour: {mode} server")
+                "--max-num-seqs", str(ENGINE_BATCH), "--config", str(config), *own_state(state)))
+            say(f"noisy-neighbour: {mode} server")
             with running(cmd, port, out_dir / f".noisy-{mode.replace(', ', '-').replace(' ', '-')}.log", ready_path="/ready") as base:
                 async def drive():
                     for tenant in TENANT_ADAPTERS:  # warm-up: each adapter loaded once
@@ -144,7 +145,7 @@ def run(out_dir: Path, quick: bool) -> dict:
 
                 results[mode] = asyncio.run(drive())
             for phase, r in results[mode].items():
-                _say(f"  {mode} {phase}: B TTFT p99 {r['b_ttft_p99_ms']:.0f} ms, B {r['b_tok_s']:.0f} tok/s, "
+                say(f"  {mode} {phase}: B TTFT p99 {r['b_ttft_p99_ms']:.0f} ms, B {r['b_tok_s']:.0f} tok/s, "
                      f"A {r['a_tok_s']:.0f} tok/s")
     for phases in results.values():
         phases["b_with_a"]["b_ttft_p99_vs_alone"] = (phases["b_with_a"]["b_ttft_p99_ms"]

@@ -18,15 +18,24 @@ from __future__ import annotations
 
 import asyncio
 import random
-import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
-from bench_servers import bounded, demo_assets, free_port, loraplex_command, many_adapters, running, stream_ttft
+from bench_servers import (
+    bounded,
+    demo_assets,
+    free_port,
+    loraplex_command,
+    many_adapters,
+    own_state,
+    percentile_ms,
+    running,
+    say,
+    stream_ttft,
+)
 
 MODEL_ID = "loraplex/tiny-llama"
 MAX_LORAS, MAX_CPU_LORAS, RANK = 4, 16, 8
@@ -38,22 +47,11 @@ EXPECTED_RESIDENT = {"store": [], "engine": ["cpu", "engine"], "cpu": ["cpu"], "
 PROMPT = "tell me a story about a river and a mountain"
 
 
-def _say(message: str) -> None:
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
-
-
 def zipf_schedule(num_adapters: int, num_requests: int, s: float, seed: int = 0) -> list[int]:
     """Adapter index per request, P(k) proportional to 1 / (k + 1) ** s."""
     rng = random.Random(seed)
     weights = [1 / (k + 1) ** s for k in range(num_adapters)]
     return rng.choices(range(num_adapters), weights=weights, k=num_requests)
-
-
-def percentile_ms(values: list[float], q: int) -> float | None:
-    """The q-th percentile (inclusive method) of seconds, in milliseconds; None without two values."""
-    if len(values) < 2:
-        return None
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] * 1000
 
 
 def tier_counts(metrics_text: str) -> dict[str, dict[str, float]]:
@@ -162,9 +160,8 @@ def run(out_dir: Path, quick: bool) -> dict:
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="loraplex-bench-tiers-") as state:
         cmd = loraplex_command(port, {**zipf_adapters, **probe_adapters}, MAX_LORAS, MAX_CPU_LORAS, demo.model_dir,
-                               extra=("--store-uri", f"{state}/blobs", "--index-path", f"{state}/index.sqlite",
-                                      "--disk-cache-dir", f"{state}/cache", "--ledger-path", f"{state}/usage.sqlite"))
-        _say(f"tiers: starting server with {len(zipf_adapters) + len(probe_adapters)} adapters, empty disk cache")
+                               extra=own_state(state))
+        say(f"tiers: starting server with {len(zipf_adapters) + len(probe_adapters)} adapters, empty disk cache")
         with running(cmd, port, out_dir / ".tiers.log") as base:
             async def drive():
                 async with httpx.AsyncClient(base_url=base, timeout=300) as client:
@@ -172,12 +169,12 @@ def run(out_dir: Path, quick: bool) -> dict:
                     probes = []
                     for name in probe_names:
                         probes += await _probe(client, name)
-                    _say(f"  probes done: {len(probes)}")
+                    say(f"  probes done: {len(probes)}")
                     loads = await _loads(client, load_names)
                     runs = []
                     for count in ZIPF_COUNTS:
                         runs.append(await _zipf_run(client, list(zipf_adapters), count, num_requests))
-                        _say(f"  zipf {count:2d} adapters: {runs[-1]['output_tok_s']:.0f} tok/s")
+                        say(f"  zipf {count:2d} adapters: {runs[-1]['output_tok_s']:.0f} tok/s")
                     return probes, loads, runs
 
             probes, loads, runs = asyncio.run(drive())

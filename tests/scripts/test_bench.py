@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 import bench  # noqa: E402
 import bench_kernels  # noqa: E402
+import bench_servers  # noqa: E402
 import bench_tenants  # noqa: E402
 import bench_tiers  # noqa: E402
 from bench_report import markdown_table, replace_section, write_run  # noqa: E402
@@ -94,7 +95,7 @@ def test_zipf_schedule_is_seeded_and_skewed():
     ([], 99, None),
 ])
 def test_percentile_ms(values, q, expected):
-    assert bench_tiers.percentile_ms(values, q) == pytest.approx(expected)
+    assert bench_servers.percentile_ms(values, q) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(("values", "limit", "expected"), [
