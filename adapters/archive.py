@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from adapters.local import CONFIG_FILE
+from adapters.identity import CONFIG_FILE
 from adapters.store import KEY_PART
 
 # Per tar member: a 512-byte header, padding to 512, and possibly a long-name or pax header in front.

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from adapters.local import CONTENT_FILES, NAME_PATTERN, content_hash
+from adapters.identity import CONTENT_FILES, NAME_PATTERN, content_hash, version_label
 from adapters.manifest import Manifest, blob_key, file_digest
 from adapters.store import BlobNotFound, BlobStore
 
@@ -47,7 +47,7 @@ class CacheEntry:
 
     @property
     def label(self) -> str:
-        return f"{self.name}@{self.version}"
+        return version_label(self.name, self.version)
 
 
 @dataclass(frozen=True)

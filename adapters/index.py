@@ -17,7 +17,6 @@ that any alias points at cannot be deleted.
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -25,12 +24,10 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from adapters.local import NAME_PATTERN
+from adapters.identity import STABLE, check_alias, check_name, check_version, version_label
 from adapters.manifest import Manifest, utc_now
 
 SCHEMA_VERSION = 1
-STABLE = "stable"
-ALIAS_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 BUSY_TIMEOUT_S = 30.0
 
 _SCHEMA = """
@@ -93,24 +90,6 @@ class Reservation:
 
     version: int
     existing: Manifest | None = None
-
-
-def check_name(name: str) -> str:
-    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
-        raise ValueError(f"adapter name {name!r} must match {NAME_PATTERN.pattern}")
-    return name
-
-
-def check_alias(alias: str) -> str:
-    if not isinstance(alias, str) or not ALIAS_PATTERN.fullmatch(alias):
-        raise ValueError(f"alias {alias!r} must match {ALIAS_PATTERN.pattern}")
-    return alias
-
-
-def check_version(version: int) -> int:
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise ValueError(f"version must be a positive integer, got {version!r}")
-    return version
 
 
 class RegistryIndex:
@@ -222,7 +201,7 @@ class RegistryIndex:
             row = db.execute("SELECT manifest_json FROM versions WHERE name = ? AND version = ? AND state = 'ready'",
                              (name, version)).fetchone()
         if row is None:
-            raise VersionNotFound(f"{name}@{version} does not exist")
+            raise VersionNotFound(f"{version_label(name, version)} does not exist")
         return Manifest.model_validate_json(row[0])
 
     def versions(self, name: str) -> list[Manifest]:
@@ -253,12 +232,12 @@ class RegistryIndex:
             exists = db.execute("SELECT 1 FROM versions WHERE name = ? AND version = ? AND state = 'ready'",
                                 (name, version)).fetchone()
             if exists is None:
-                raise VersionNotFound(f"{name}@{version} does not exist")
+                raise VersionNotFound(f"{version_label(name, version)} does not exist")
             held_by = [row[0] for row in db.execute(
                 "SELECT alias FROM aliases WHERE name = ? AND version = ? ORDER BY alias", (name, version))]
             if held_by:
-                raise AliasInUse(f"{name}@{version} is the target of alias {', '.join(held_by)}; promote another "
-                                 f"version to it or roll it back first")
+                raise AliasInUse(f"{version_label(name, version)} is the target of alias {', '.join(held_by)}; "
+                                 f"promote another version to it or roll it back first")
             db.execute("DELETE FROM versions WHERE name = ? AND version = ?", (name, version))
             db.execute("DELETE FROM alias_history WHERE name = ? AND version = ?", (name, version))
 
@@ -273,7 +252,7 @@ class RegistryIndex:
             exists = db.execute("SELECT 1 FROM versions WHERE name = ? AND version = ? AND state = 'ready'",
                                 (name, version)).fetchone()
             if exists is None:
-                raise VersionNotFound(f"{name}@{version} does not exist")
+                raise VersionNotFound(f"{version_label(name, version)} does not exist")
             current = db.execute("SELECT version FROM aliases WHERE name = ? AND alias = ?",
                                  (name, alias)).fetchone()
             if current is not None and current[0] == version:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from adapters.local import CONTENT_FILES, NAME_PATTERN, content_hash
+from adapters.identity import CONTENT_FILES, NAME_PATTERN, AdapterIdentity, content_hash
 from adapters.validation import AdapterFacts
 
 # A single path component, so a manifest cannot name a file outside its version's folder.
@@ -38,7 +38,7 @@ class Manifest(BaseModel):
     files: tuple[ManifestFile, ...] = Field(min_length=1, description="Stored files with their hashes.")
     content_hash: str = Field(
         pattern=SHA256_PATTERN,
-        description="adapters.local.content_hash of the folder: the identity the engine keys the adapter by.",
+        description="adapters.identity.content_hash of the folder: the identity the engine keys the adapter by.",
     )
     peft_type: str = Field(description="PEFT type; always LORA.")
     rank: int = Field(ge=1, description="LoRA rank r.")
@@ -68,8 +68,12 @@ class Manifest(BaseModel):
         return value
 
     @property
+    def identity(self) -> AdapterIdentity:
+        return AdapterIdentity(self.name, self.version, self.content_hash)
+
+    @property
     def label(self) -> str:
-        return f"{self.name}@{self.version}"
+        return self.identity.label
 
 
 def utc_now() -> str:

@@ -10,47 +10,28 @@ References are `NAME` (the `stable` alias), `NAME@V` (a pinned version) and `NAM
 adapters/index.py for how `stable` moves.
 
 Errors: AdapterValidationError (push; every problem), ValueError (malformed name, alias, version or
-reference), AdapterNotFound (LookupError; names the reference, never a path), RegistryError (a ValueError:
-AliasInUse on delete, NothingToRollBack on rollback).
+reference), AdapterNotFound (LookupError; names the reference, never a path), adapters.index.RegistryError
+(a ValueError: AliasInUse on delete, NothingToRollBack on rollback).
 """
 
 from __future__ import annotations
 
 import logging
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from adapters.base_model import BaseModelSpec
-from adapters.index import (  # noqa: F401  (AliasInUse, NothingToRollBack, RegistryError: re-exported)
-    ALIAS_PATTERN,
-    STABLE,
-    AliasInUse,
-    NothingToRollBack,
-    RegistryError,
-    RegistryIndex,
-    VersionNotFound,
-    check_alias,
-    check_name,
-    check_version,
-)
-from adapters.local import NAME_PATTERN, content_hash
+from adapters.home import data_home
+from adapters.identity import STABLE, ModelRef, check_alias, check_name, check_version, content_hash, version_label
+from adapters.index import RegistryIndex, VersionNotFound
 from adapters.manifest import Manifest, blob_key, build_manifest
 from adapters.store import BlobStore, open_store
-from adapters.validation import ValidationLimits, validate_adapter_dir
+from adapters.validation import AdapterFacts, ValidationLimits, validate_adapter_dir
 
 logger = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
-VERSION_PATTERN = re.compile(r"^[1-9][0-9]{0,8}$")
-
-
-def _data_home() -> Path:
-    from engine.demo_assets import data_home
-
-    return data_home()
 
 
 class RegistryConfig(BaseModel):
@@ -80,45 +61,13 @@ class RegistryConfig(BaseModel):
     )
 
     def resolved_store_uri(self) -> str:
-        return self.store_uri or str(_data_home() / "registry" / "blobs")
+        return self.store_uri or str(data_home() / "registry" / "blobs")
 
     def resolved_index_path(self) -> Path:
-        return Path(self.index_path).expanduser() if self.index_path else _data_home() / "registry" / "index.sqlite"
+        return Path(self.index_path).expanduser() if self.index_path else data_home() / "registry" / "index.sqlite"
 
     def resolved_disk_cache_dir(self) -> Path:
-        return Path(self.disk_cache_dir).expanduser() if self.disk_cache_dir else _data_home() / "cache" / "adapters"
-
-
-@dataclass(frozen=True)
-class ModelRef:
-    name: str
-    version: int | None = None
-    alias: str | None = None
-
-    def __str__(self) -> str:
-        if self.version is not None:
-            return f"{self.name}@{self.version}"
-        return f"{self.name}:{self.alias}" if self.alias is not None else self.name
-
-
-def parse_model_ref(ref: str) -> ModelRef:
-    """`NAME`, `NAME@VERSION` or `NAME:ALIAS`; anything else raises ValueError."""
-    if not isinstance(ref, str) or not ref:
-        raise ValueError("adapter reference must be a non-empty string")
-    name, at, version = ref.partition("@")
-    if at:
-        if not NAME_PATTERN.fullmatch(name) or not VERSION_PATTERN.fullmatch(version):
-            raise ValueError(f"adapter reference {ref!r} must be NAME@VERSION with a version >= 1")
-        return ModelRef(name=name, version=int(version))
-    name, colon, alias = ref.partition(":")
-    if colon:
-        if not NAME_PATTERN.fullmatch(name) or not ALIAS_PATTERN.fullmatch(alias):
-            raise ValueError(f"adapter reference {ref!r} must be NAME:ALIAS, the alias matching "
-                             f"{ALIAS_PATTERN.pattern}")
-        return ModelRef(name=name, alias=alias)
-    if not NAME_PATTERN.fullmatch(name):
-        raise ValueError(f"adapter name {ref!r} must match {NAME_PATTERN.pattern}")
-    return ModelRef(name=name)
+        return Path(self.disk_cache_dir).expanduser() if self.disk_cache_dir else data_home() / "cache" / "adapters"
 
 
 class AdapterNotFound(LookupError):
@@ -207,42 +156,44 @@ class Registry:
             logger.warning("could not remove the partial upload of %s@%d", name, version, exc_info=True)
         self.index.release_version(name, version)
 
-    def resolve(self, ref: str) -> Manifest:
+    def resolve(self, ref: ModelRef) -> Manifest:
         """The version `ref` names, for serving on this registry's base model.
 
-        Raises ValueError for a malformed reference and AdapterNotFound (AdapterIncompatible for another
-        base model) for one that names nothing servable.
+        Raises AdapterNotFound (AdapterIncompatible for another base model) for one that names nothing servable.
         """
         manifest = self._lookup(ref)
         if manifest.base_model_id != self.base.model_id:
-            raise AdapterIncompatible(ref, f"adapter {ref!r} was published for base model "
-                                           f"{manifest.base_model_id!r}, not {self.base.model_id!r}")
+            raise AdapterIncompatible(str(ref), f"adapter {str(ref)!r} was published for base model "
+                                                f"{manifest.base_model_id!r}, not {self.base.model_id!r}")
         return manifest
 
-    def show(self, ref: str) -> AdapterDetail:
+    def check_folder(self, manifest: Manifest, path: Path) -> AdapterFacts:
+        """Validates a fetched copy of a version as a push does (same base model and limits)."""
+        return validate_adapter_dir(manifest.name, path, self.base, self.limits)
+
+    def show(self, ref: ModelRef) -> AdapterDetail:
         manifest = self._lookup(ref)
         return AdapterDetail(
-            ref=ref,
+            ref=str(ref),
             manifest=manifest,
             description=self.index.description(manifest.name),
             versions=[m.version for m in self.index.versions(manifest.name)],
             aliases=self.index.aliases(manifest.name),
         )
 
-    def _lookup(self, ref: str) -> Manifest:
-        parsed = parse_model_ref(ref)
-        version = parsed.version
+    def _lookup(self, ref: ModelRef) -> Manifest:
+        version = ref.version
         if version is None:
-            alias = parsed.alias or STABLE
-            version = self.index.alias_target(parsed.name, alias)
+            alias = ref.alias or STABLE
+            version = self.index.alias_target(ref.name, alias)
             if version is None:
-                reason = (f"adapter {ref!r} not found" if parsed.alias is None
-                          else f"adapter {parsed.name!r} has no alias {alias!r}")
-                raise AdapterNotFound(ref, reason)
+                reason = (f"adapter {str(ref)!r} not found" if ref.alias is None
+                          else f"adapter {ref.name!r} has no alias {alias!r}")
+                raise AdapterNotFound(str(ref), reason)
         try:
-            return self.index.get(parsed.name, version)
+            return self.index.get(ref.name, version)
         except VersionNotFound as e:
-            raise AdapterNotFound(ref) from e
+            raise AdapterNotFound(str(ref)) from e
 
     def promote(self, name: str, version: int, alias: str = STABLE) -> Manifest:
         """Point `alias` at `name@version`; for `stable` this stops it following new pushes."""
@@ -253,7 +204,7 @@ class Registry:
             self.index.set_alias(name, alias, version)
             return self.index.get(name, version)
         except VersionNotFound as e:
-            raise AdapterNotFound(f"{name}@{version}") from e
+            raise AdapterNotFound(version_label(name, version)) from e
 
     def rollback(self, name: str, alias: str = STABLE) -> Manifest:
         """Move `alias` back to its previous target; raises NothingToRollBack when there is none."""
@@ -271,7 +222,7 @@ class Registry:
         try:
             self.index.delete_version(name, version)
         except VersionNotFound as e:
-            raise AdapterNotFound(f"{name}@{version}") from e
+            raise AdapterNotFound(version_label(name, version)) from e
         self.store.delete_prefix(f"{name}/{version}")
 
     def list(self) -> list[AdapterSummary]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from adapters.local import LocalAdapter
+from adapters.identity import AdapterIdentity, LocatedAdapter
 from adapters.manifest import Manifest
 
 logger = logging.getLogger(__name__)
@@ -56,11 +56,11 @@ class DiskTier(Protocol):
 class AdapterEngine(Protocol):
     """What the tiers need from the engine (`LoraplexEngine`)."""
 
-    def adapter_id(self, adapter: LocalAdapter) -> int: ...
+    def adapter_id(self, identity: AdapterIdentity) -> int: ...
 
-    def engine_name(self, adapter: LocalAdapter) -> str: ...
+    def engine_name(self, identity: AdapterIdentity) -> str: ...
 
-    async def load_adapter(self, adapter: LocalAdapter) -> None: ...
+    async def load_adapter(self, adapter: LocatedAdapter) -> None: ...
 
     async def unload_adapter(self, adapter_id: int) -> None: ...
 
@@ -71,18 +71,13 @@ class AdapterEngine(Protocol):
 class Acquired:
     """An adapter ready for the engine, and where it was found."""
 
-    adapter: LocalAdapter
-    label: str  # name@version
+    adapter: LocatedAdapter
     found_in: str  # the fastest tier that held it: engine, cpu, disk, or "store" (fetched)
     load_seconds: float
 
 
-def label_of(manifest: Manifest) -> str:
-    return f"{manifest.name}@{manifest.version}"
-
-
 class AdapterTiers:
-    def __init__(self, engine: AdapterEngine, disk: DiskTier, validate: Callable[[Manifest, Path], None],
+    def __init__(self, engine: AdapterEngine, disk: DiskTier, validate: Callable[[Manifest, Path], object],
                  events: TierEvents, max_loras: int, max_cpu_loras: int, pinned: frozenset[str] = frozenset()):
         self._engine = engine
         self._disk = disk
@@ -91,7 +86,7 @@ class AdapterTiers:
         self._max_loras = max_loras
         self._max_cpu = max_cpu_loras
         self._pinned = pinned
-        self._cpu: OrderedDict[int, tuple[LocalAdapter, str]] = OrderedDict()  # LRU first
+        self._cpu: OrderedDict[int, LocatedAdapter] = OrderedDict()  # by engine adapter id, LRU first
         self._slots: OrderedDict[str, str] = OrderedDict()  # engine name -> label, LRU first
         self._in_use: Counter[int] = Counter()
         self._loading: dict[int, asyncio.Future] = {}
@@ -102,39 +97,36 @@ class AdapterTiers:
 
     async def acquire(self, manifest: Manifest) -> Acquired:
         """The adapter, loaded into the engine's CPU cache; call `release` when its request ends."""
-        label = label_of(manifest)
         started = time.monotonic()
-        adapter, found_in = await self._ensure_loaded(manifest, label)
-        adapter_id = self._engine.adapter_id(adapter)
-        self._in_use[adapter_id] += 1
-        return Acquired(adapter, label, found_in, time.monotonic() - started)
+        adapter, found_in = await self._ensure_loaded(manifest)
+        self._in_use[self._engine.adapter_id(adapter.identity)] += 1
+        return Acquired(adapter, found_in, time.monotonic() - started)
 
     def release(self, acquired: Acquired) -> None:
-        adapter_id = self._engine.adapter_id(acquired.adapter)
+        adapter_id = self._engine.adapter_id(acquired.adapter.identity)
         self._in_use[adapter_id] -= 1
         if self._in_use[adapter_id] <= 0:
             del self._in_use[adapter_id]
 
-    async def _ensure_loaded(self, manifest: Manifest, label: str) -> tuple[LocalAdapter, str]:
-        adapter = _local_adapter(manifest, path=None)
-        adapter_id = self._engine.adapter_id(adapter)
-        engine_name = self._engine.engine_name(adapter)
-        if engine_name in self._slots:
+    async def _ensure_loaded(self, manifest: Manifest) -> tuple[LocatedAdapter, str]:
+        identity, label = manifest.identity, manifest.label
+        adapter_id = self._engine.adapter_id(identity)
+        if self._engine.engine_name(identity) in self._slots:
             self._events.cache_hit(label, TIER_ENGINE)
             self._cpu.move_to_end(adapter_id)
-            return self._cpu[adapter_id][0], TIER_ENGINE
+            return self._cpu[adapter_id], TIER_ENGINE
         self._events.cache_miss(label, TIER_ENGINE)
         if adapter_id in self._cpu:
             self._events.cache_hit(label, TIER_CPU)
             self._cpu.move_to_end(adapter_id)
-            return self._cpu[adapter_id][0], TIER_CPU
+            return self._cpu[adapter_id], TIER_CPU
         self._events.cache_miss(label, TIER_CPU)
         pending = self._loading.get(adapter_id)
         if pending is None:
             pending = asyncio.get_running_loop().create_future()
             self._loading[adapter_id] = pending
             try:
-                pending.set_result(await self._load(manifest, label, adapter_id))
+                pending.set_result(await self._load(manifest, adapter_id))
             except BaseException as e:
                 pending.set_exception(e)
                 pending.exception()  # retrieved here, so a failed load with no other waiter is not logged twice
@@ -143,17 +135,18 @@ class AdapterTiers:
                 del self._loading[adapter_id]
         return await asyncio.shield(pending)
 
-    async def _load(self, manifest: Manifest, label: str, adapter_id: int) -> tuple[LocalAdapter, str]:
+    async def _load(self, manifest: Manifest, adapter_id: int) -> tuple[LocatedAdapter, str]:
         # The engine may re-read the folder whenever it reloads the adapter, so the folder stays on disk
         # for as long as the adapter is in the CPU tier.
         self._disk.pin(manifest.name)
         try:
-            return await self._load_pinned(manifest, label, adapter_id)
+            return await self._load_pinned(manifest, adapter_id)
         except BaseException:
             self._disk.unpin(manifest.name)
             raise
 
-    async def _load_pinned(self, manifest: Manifest, label: str, adapter_id: int) -> tuple[LocalAdapter, str]:
+    async def _load_pinned(self, manifest: Manifest, adapter_id: int) -> tuple[LocatedAdapter, str]:
+        label = manifest.label
         started = time.monotonic()
         path, disk_hit = await asyncio.to_thread(self._disk.fetch, manifest)
         if disk_hit:
@@ -163,13 +156,13 @@ class AdapterTiers:
             self._events.observe_load(TIER_DISK, time.monotonic() - started)
         self._events.set_resident(label, TIER_DISK, True)
         await asyncio.to_thread(self._validate, manifest, path)
-        adapter = _local_adapter(manifest, path)
+        adapter = LocatedAdapter(manifest.identity, path)
         async with self._engine_lock:
             await self._make_room()
             loaded_at = time.monotonic()
             await self._engine.load_adapter(adapter)
             self._events.observe_load(TIER_CPU, time.monotonic() - loaded_at)
-            self._cpu[adapter_id] = (adapter, label)
+            self._cpu[adapter_id] = adapter
             self._events.set_resident(label, TIER_CPU, True)
             await self._reconcile()
         return adapter, TIER_DISK if disk_hit else "store"
@@ -183,27 +176,27 @@ class AdapterTiers:
             await self._evict_id(victim)
 
     def _victim(self) -> int | None:
-        unpinned = [i for i, (a, _) in self._cpu.items() if a.name not in self._pinned]
+        unpinned = [i for i, a in self._cpu.items() if a.identity.name not in self._pinned]
         idle = [i for i in unpinned if self._in_use[i] == 0]
         candidates = idle or unpinned
         return candidates[0] if candidates else None
 
     async def _evict_id(self, adapter_id: int) -> None:
-        adapter, label = self._cpu.pop(adapter_id)
+        adapter = self._cpu.pop(adapter_id)
         await self._engine.unload_adapter(adapter_id)
-        self._left_cpu(adapter, label)
+        self._left_cpu(adapter.identity)
 
-    def _left_cpu(self, adapter: LocalAdapter, label: str) -> None:
-        self._events.evicted(label, TIER_CPU)
-        self._events.set_resident(label, TIER_CPU, False)
-        self._drop_slot(self._engine.engine_name(adapter))
-        self._disk.unpin(adapter.name)
+    def _left_cpu(self, identity: AdapterIdentity) -> None:
+        self._events.evicted(identity.label, TIER_CPU)
+        self._events.set_resident(identity.label, TIER_CPU, False)
+        self._drop_slot(self._engine.engine_name(identity))
+        self._disk.unpin(identity.name)
 
     async def _reconcile(self) -> None:
         """Drops from the mirror whatever the engine no longer holds."""
         resident = await self._engine.resident_adapter_ids()
         for adapter_id in [i for i in self._cpu if i not in resident]:
-            self._left_cpu(*self._cpu.pop(adapter_id))
+            self._left_cpu(self._cpu.pop(adapter_id).identity)
 
     def _drop_slot(self, engine_name: str) -> None:
         label = self._slots.pop(engine_name, None)
@@ -212,7 +205,7 @@ class AdapterTiers:
 
     def on_step(self, running_by_engine_name: dict[str, int]) -> None:
         """Mirrors vLLM's slot LRU: every adapter that ran this step holds a slot, the least recent leave."""
-        labels = {self._engine.engine_name(a): label for a, label in self._cpu.values()}
+        labels = {self._engine.engine_name(a.identity): a.identity.label for a in self._cpu.values()}
         for engine_name in running_by_engine_name:
             label = labels.get(engine_name)
             if label is None:
@@ -228,7 +221,7 @@ class AdapterTiers:
 
     async def evict(self, manifest: Manifest) -> bool:
         """Admin: drop the adapter from the engine's caches. False if it was not there."""
-        adapter_id = self._engine.adapter_id(_local_adapter(manifest, path=None))
+        adapter_id = self._engine.adapter_id(manifest.identity)
         async with self._engine_lock:
             if adapter_id not in self._cpu:
                 return False
@@ -237,15 +230,5 @@ class AdapterTiers:
 
     def residency(self) -> dict[str, list[str]]:
         """Labels resident in the engine tiers, most recently used last."""
-        return {TIER_ENGINE: list(self._slots.values()), TIER_CPU: [label for _, label in self._cpu.values()]}
+        return {TIER_ENGINE: list(self._slots.values()), TIER_CPU: [a.identity.label for a in self._cpu.values()]}
 
-
-def _local_adapter(manifest: Manifest, path: Path | None) -> LocalAdapter:
-    return LocalAdapter(
-        name=manifest.name,
-        path=path if path is not None else Path("/nonexistent"),
-        content_hash=manifest.content_hash,
-        rank=manifest.rank,
-        alpha=manifest.alpha,
-        target_modules=tuple(manifest.target_modules),
-    )

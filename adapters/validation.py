@@ -1,6 +1,7 @@
-"""Full pre-publication check of a PEFT LoRA folder against a base model, from file metadata only.
+"""The one check of a PEFT LoRA folder against a base model, from file metadata only, before any load.
 
-Tensor shapes, dtypes and names come from the safetensors header; no tensor is loaded.
+Tensor shapes, dtypes and names come from the safetensors header; no tensor is loaded. Every problem is
+reported at once (AdapterValidationError).
 """
 
 from __future__ import annotations
@@ -12,21 +13,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from adapters.base_model import MODULE_BLOCK, BaseModelSpec
-from adapters.local import (
-    CONFIG_FILE,
-    NAME_PATTERN,
-    PICKLED_WEIGHTS,
-    WEIGHTS_FILE,
-    AdapterValidationError,
-    config_problems,
-)
+from adapters.identity import CONFIG_FILE, NAME_PATTERN, WEIGHTS_FILE
 from adapters.safetensors_header import FLOAT_DTYPES, SafetensorsHeaderError, TensorInfo, read_safetensors_header
 
+PICKLED_WEIGHTS = "adapter_model.bin"
+SUPPORTED_TARGETS = frozenset(MODULE_BLOCK)
 TENSOR_NAME = re.compile(
     r"^base_model\.model\.model\.layers\.(?P<layer>0|[1-9][0-9]*)\.(?P<block>self_attn|mlp)"
     r"\.(?P<module>[a-z_]+)\.lora_(?P<side>[AB])\.weight$"
 )
 TENSOR_NAME_FORM = "base_model.model.model.layers.{i}.{self_attn|mlp}.{module}.lora_{A|B}.weight"
+
+
+class AdapterValidationError(ValueError):
+    """Every problem found with one adapter, reported at once."""
+
+    def __init__(self, name: str, problems: list[str]):
+        self.name = name
+        self.problems = problems
+        super().__init__(f"adapter {name!r}: " + "; ".join(problems))
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,31 @@ def validate_adapter_dir(name: str, path: Path, base: BaseModelSpec, limits: Val
         size_bytes=sizes[CONFIG_FILE] + sizes[WEIGHTS_FILE],
         num_tensors=len(tensors),
     )
+
+
+def config_problems(config: dict, max_lora_rank: int) -> list[str]:
+    """Problems with a parsed adapter_config.json: PEFT type, rank, target modules."""
+    problems = []
+    if str(config.get("peft_type", "")).upper() != "LORA":
+        problems.append(f"peft_type must be LORA, got {config.get('peft_type')!r}")
+    rank = config.get("r")
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
+        problems.append(f"rank r must be a positive integer, got {rank!r}")
+    elif rank > max_lora_rank:
+        problems.append(f"rank {rank} exceeds max_lora_rank {max_lora_rank}")
+    targets = config.get("target_modules") or []
+    if isinstance(targets, str):
+        problems.append(f"target_modules must be a list of module names, got the pattern {targets!r}")
+    elif not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        problems.append(f"target_modules must be a list of module names, got {targets!r}")
+    else:
+        unsupported = sorted(set(targets) - SUPPORTED_TARGETS)
+        if unsupported:
+            problems.append(f"unsupported target modules {unsupported}")
+        if not targets:
+            problems.append("target_modules is empty")
+    return problems
+
 
 
 def _folder_problems(path: Path, limits: ValidationLimits, problems: list[str]) -> dict[str, int]:

@@ -10,12 +10,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.errors import OpenAIError, from_http_status
+from api.errors import OpenAIError, from_http_status, from_validation_error
 from api.middleware import RequestIdMiddleware
-from api.routes import router
-from api.routes_admin import admin_router
-from api.routes_ops import ops_router
-from api.wiring import Server
+from api.openai.router import router
+from api.admin.router import admin_router
+from api.ops.router import ops_router
+from api.server import Server
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ async def _on_http_error(request: Request, e: StarletteHTTPException) -> JSONRes
 
 
 async def _on_validation_error(request: Request, e: RequestValidationError) -> JSONResponse:
-    return _error_response(OpenAIError(400, f"Invalid request: {e.errors()}", code="invalid_value"))
+    return _error_response(from_validation_error(e))
 
 
 async def _on_unexpected(request: Request, e: Exception) -> JSONResponse:

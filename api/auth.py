@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from api.errors import OpenAIError, unauthorized
-from api.gate import Caller
 from api.tenancy.config import OPEN_TENANT, TenancyConfig
 from api.tenancy.keys import KeyRing, bearer_token
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is asking, from the API key: a tenant (empty for the admin key alone), and whether it is the admin."""
+
+    tenant: str
+    is_admin: bool = False
 
 
 class Authenticator:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from http import HTTPStatus
 
+from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 
@@ -82,18 +83,22 @@ def from_http_status(status: int, message: str | None = None) -> OpenAIError:
 
 
 def _loc_to_param(loc: tuple) -> str:
-    parts = [str(p) for p in loc if not (isinstance(p, str) and p in {"body"})]
+    """`("body", "messages", 0, "role")` -> `messages[0].role`; FastAPI's leading body/path/query is dropped."""
+    if loc and loc[0] in ("body", "path", "query", "header"):
+        loc = loc[1:]
+    parts = [str(p) for p in loc]
     out = ""
     for p in parts:
         out += f"[{p}]" if p.isdigit() else (f".{p}" if out else p)
     return out
 
 
-def from_validation_error(e: ValidationError) -> OpenAIError:
+def from_validation_error(e: ValidationError | RequestValidationError) -> OpenAIError:
     """Every schema violation in one message; `param` names the first."""
+    errors = list(e.errors())
     problems = []
-    for err in e.errors():
+    for err in errors:
         param = _loc_to_param(tuple(err["loc"]))
         problems.append(f"{param or 'body'}: {err['msg']}")
-    first = _loc_to_param(tuple(e.errors()[0]["loc"])) if e.errors() else None
+    first = _loc_to_param(tuple(errors[0]["loc"])) if errors else None
     return bad_request("Invalid request: " + "; ".join(problems), param=first or None)

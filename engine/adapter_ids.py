@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import threading
 
+from adapters.identity import AdapterIdentity
+
 _MAX_ID = 2**31 - 1
 
 
@@ -21,12 +23,12 @@ class AdapterIds:
         self._taken: set[int] = set()
         self._lock = threading.Lock()
 
-    def id_for(self, name: str, content_hash: str) -> int:
-        key = (name, content_hash)
+    def id_for(self, identity: AdapterIdentity) -> int:
+        key = (identity.name, identity.content_hash)
         with self._lock:
             if key in self._by_key:
                 return self._by_key[key]
-            digest = hashlib.sha256(f"{name}\0{content_hash}".encode()).digest()
+            digest = hashlib.sha256(f"{identity.name}\0{identity.content_hash}".encode()).digest()
             candidate = int.from_bytes(digest[:4], "big") % _MAX_ID + 1
             while candidate in self._taken:
                 candidate = candidate % _MAX_ID + 1
@@ -35,6 +37,6 @@ class AdapterIds:
             return candidate
 
 
-def engine_lora_name(name: str, content_hash: str) -> str:
+def engine_lora_name(identity: AdapterIdentity) -> str:
     """The name vLLM sees: it includes the hash so prefix-cache keys change with the content."""
-    return f"{name}@{content_hash[:16]}"
+    return f"{identity.name}#{identity.content_hash[:16]}"

@@ -17,7 +17,7 @@ from vllm.v1.engine import exceptions as vllm_exceptions
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.metrics.loggers import StatLoggerBase
 
-from adapters.local import LocalAdapter
+from adapters.identity import AdapterIdentity, LocatedAdapter
 from engine.adapter_ids import AdapterIds, engine_lora_name
 from engine.config import EngineConfig
 from engine.types import (
@@ -135,20 +135,20 @@ class LoraplexEngine:
         """`listener(wall_time, tokens, busy)` runs on the event loop after every engine step."""
         self._step_listeners.append(listener)
 
-    def adapter_id(self, adapter: LocalAdapter) -> int:
-        return self._ids.id_for(adapter.name, adapter.content_hash)
+    def adapter_id(self, identity: AdapterIdentity) -> int:
+        return self._ids.id_for(identity)
 
-    def engine_name(self, adapter: LocalAdapter) -> str:
-        return engine_lora_name(adapter.name, adapter.content_hash)
+    def engine_name(self, identity: AdapterIdentity) -> str:
+        return engine_lora_name(identity)
 
-    async def load_adapter(self, adapter: LocalAdapter) -> None:
+    async def load_adapter(self, adapter: LocatedAdapter) -> None:
         """Loads the adapter into the engine's CPU cache (and a slot); the engine core does the reading."""
         try:
             await self.llm.add_lora(self.lora_request(adapter))
         except vllm_exceptions.EngineDeadError as e:
             raise EngineDeadError("the engine process died") from e
         except Exception as e:
-            raise EngineError(f"the engine could not load adapter {adapter.key}: {e}") from e
+            raise EngineError(f"the engine could not load adapter {adapter.identity.label}: {e}") from e
 
     async def unload_adapter(self, adapter_id: int) -> None:
         await self.llm.remove_lora(adapter_id)
@@ -157,10 +157,10 @@ class LoraplexEngine:
         """Ids in the engine's CPU cache, as the engine core reports them."""
         return set(await self.llm.list_loras())
 
-    def lora_request(self, adapter: LocalAdapter) -> LoRARequest:
+    def lora_request(self, adapter: LocatedAdapter) -> LoRARequest:
         return LoRARequest(
-            lora_name=engine_lora_name(adapter.name, adapter.content_hash),
-            lora_int_id=self._ids.id_for(adapter.name, adapter.content_hash),
+            lora_name=engine_lora_name(adapter.identity),
+            lora_int_id=self._ids.id_for(adapter.identity),
             lora_path=str(adapter.path),
         )
 
@@ -169,7 +169,7 @@ class LoraplexEngine:
         request_id: str,
         prompt_token_ids: list[int],
         params: SamplingParams,
-        adapter: LocalAdapter | None,
+        adapter: LocatedAdapter | None,
     ) -> AsyncIterator[list[ChoiceDelta]]:
         """Yields, per engine step, the new output of each choice that advanced."""
         params.output_kind = RequestOutputKind.DELTA

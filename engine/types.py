@@ -6,10 +6,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-if TYPE_CHECKING:
-    from vllm import SamplingParams
+from adapters.identity import LocatedAdapter
 
-    from adapters.local import LocalAdapter
+if TYPE_CHECKING:  # serving code builds SamplingParams; this module stays importable without vLLM
+    from vllm import SamplingParams
 
 
 class EngineError(Exception):
@@ -75,7 +75,7 @@ class EngineClient(Protocol):
     def tokenizer(self): ...
 
     def generate(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, adapter: LocalAdapter | None
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, adapter: LocatedAdapter | None
     ) -> AsyncIterator[list[ChoiceDelta]]: ...
 
     async def abort(self, request_id: str) -> None: ...

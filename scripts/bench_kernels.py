@@ -17,6 +17,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from adapters.demo.assets import ensure_demo_assets
+from adapters.demo.loras import ATTENTION, MLP, DemoAdapterSpec, build_adapter
+from adapters.home import data_home
+
 NUM_PROMPTS = 32
 OUTPUT_TOKENS = 64
 VARIANTS = ("no-lora", "stock", "grouped")
@@ -45,8 +49,6 @@ def workloads(quick: bool) -> list[Workload]:
 
 def bench_adapters(base_dir: Path, home: Path) -> dict[int, list[Path]]:
     """16 adapters per rank (attention and MLP), generated once under the data directory."""
-    from adapters.demo import ATTENTION, MLP, DemoAdapterSpec, build_adapter
-
     root = home / "bench-adapters-v1"
     out: dict[int, list[Path]] = {}
     for rank in RANKS:
@@ -75,7 +77,6 @@ def worker(variant: str, out_path: Path, quick: bool, repeats: int, only: str | 
     from vllm.inputs import TokensPrompt
     from vllm.lora.request import LoRARequest
 
-    from engine.demo_assets import data_home, ensure_demo_assets
 
     assets = ensure_demo_assets(data_home())
     adapters = bench_adapters(assets.model_dir, data_home())

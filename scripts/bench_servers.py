@@ -24,6 +24,10 @@ from pathlib import Path
 
 import httpx
 
+from adapters.demo.assets import ensure_demo_assets
+from adapters.demo.loras import ATTENTION, MLP, DemoAdapterSpec, build_adapter
+from adapters.home import data_home
+
 REPO = Path(__file__).resolve().parents[1]
 # Engine arguments both servers get; loraplex takes the KV-cache size in GiB, vLLM in bytes. Both keep
 # engine stats on (loraplex needs them for /metrics), so both engine cores do the same per-step accounting.
@@ -57,16 +61,11 @@ def free_port() -> int:
 
 
 def demo_assets():
-    from engine.demo_assets import data_home, ensure_demo_assets
-
     return ensure_demo_assets(data_home())
 
 
 def many_adapters(model_dir: Path, count: int, rank: int, tag: str) -> dict[str, Path]:
     """`count` distinct rank-`rank` adapters (attention + MLP), generated once under the data directory."""
-    from adapters.demo import ATTENTION, MLP, DemoAdapterSpec, build_adapter
-    from engine.demo_assets import data_home
-
     root = data_home() / f"bench-{tag}-r{rank}-v2"
     first_seed = (zlib.crc32(tag.encode()) & 0xFFFF) * 1000  # adapters of different tags differ
     out = {}

@@ -28,7 +28,7 @@ SERVER_START_TIMEOUT_S = 300
 
 @pytest.fixture(scope="session")
 def demo_home(tmp_path_factory) -> Path:
-    from engine.demo_assets import ensure_demo_assets
+    from adapters.demo.assets import ensure_demo_assets
 
     home = tmp_path_factory.mktemp("loraplex-home")
     ensure_demo_assets(home)
@@ -37,7 +37,7 @@ def demo_home(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def demo_assets(demo_home):
-    from engine.demo_assets import ensure_demo_assets
+    from adapters.demo.assets import ensure_demo_assets
 
     return ensure_demo_assets(demo_home)
 
@@ -49,7 +49,7 @@ EXTRA_ADAPTER = "extra-mlp"
 def adapter_dirs(demo_assets, demo_home) -> dict[str, Path]:
     """The demo adapters plus one served through `--adapter`: four adapters for three engine slots, so
     slots get rewritten while the session runs."""
-    from adapters.demo import MLP, DemoAdapterSpec, build_adapter
+    from adapters.demo.loras import MLP, DemoAdapterSpec, build_adapter
 
     extra = build_adapter(demo_assets.model_dir, DemoAdapterSpec(EXTRA_ADAPTER, rank=16, alpha=16,
                                                                  target_modules=MLP, seed=99),
@@ -252,14 +252,14 @@ def registry(demo_home, demo_assets):
 
 @pytest.fixture(scope="session")
 def base_model_id() -> str:
-    from engine.tiny_llama import TinyLlamaSpec
+    from adapters.demo.tiny_llama import TinyLlamaSpec
 
     return TinyLlamaSpec().model_id
 
 
 @pytest.fixture(scope="session")
 def adapter_names() -> list[str]:
-    from adapters.demo import DEMO_ADAPTERS
+    from adapters.demo.loras import DEMO_ADAPTERS
 
     return [spec.name for spec in DEMO_ADAPTERS]
 

@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from api.observability.labels import OTHER
-from api.observability.request_metrics import BUDGET_WINDOW, TIERS, GroupSnapshot, Metrics
+from adapters.tiers import TIERS
+from api.observability.request_metrics import BUDGET_WINDOW, Metrics
 from api.observability.slo import OBJECTIVES, WINDOWS, ObjectiveStatus
+from api.observability.usage_totals import GroupSnapshot
 
 STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
 DASHBOARD_HTML = STATIC_DIR / "dashboard.html"

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 # Client closed the connection before the response finished (nginx's convention).
 STATUS_CLIENT_CLOSED = 499
+# Tenant and model of requests refused before either was known: user strings never become label values.
+UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Prometheus metrics of finished requests, SLOs, engine load, admission and the adapter cache.
+"""Prometheus metrics of finished requests, SLOs, engine load and admission (adapter tiers: adapter_metrics).
 
 Everything lives in a registry the caller owns (no process-wide globals). Label values that come from tenants,
 models and adapters pass through `LabelBounder`s, so a series set never grows past `top_n` values per label.
@@ -8,22 +8,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from api.observability.labels import OTHER, LabelBounder
-from api.observability.outcome import RequestOutcome
-from api.observability.slo import LATENCY_OBJECTIVES, SloTargets, SloWindowTracker, WindowSummary
+from api.observability.outcome import UNKNOWN, RequestOutcome
+from api.observability.adapter_metrics import AdapterMetrics
+from api.observability.slo import LATENCY_OBJECTIVES, SloTargets, SloWindowTracker
+from api.observability.usage_totals import GroupSnapshot, MetricsSnapshot, UsageTotals
 
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
-LOAD_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-TIERS = ("engine", "cpu", "disk")
-# Tenant and model of requests refused before either was known: user strings never become label values.
-UNKNOWN = "unknown"
 # The window the error-budget gauge reports; burn rates are reported for every window.
 BUDGET_WINDOW = "1h"
 LABELS = ("tenant", "model", "version")
@@ -42,50 +39,6 @@ class AdmissionCounts(NamedTuple):
     running: int
 
 
-@dataclass
-class UsageTotals:
-    """Running totals since start of one label set or group."""
-
-    requests: int = 0
-    errors: int = 0  # 5xx
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float = 0.0
-    price_usd: float = 0.0
-
-    def add(self, other: UsageTotals) -> None:
-        self.requests += other.requests
-        self.errors += other.errors
-        self.prompt_tokens += other.prompt_tokens
-        self.completion_tokens += other.completion_tokens
-        self.cost_usd += other.cost_usd
-        self.price_usd += other.price_usd
-
-    @property
-    def tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    @property
-    def cost_per_1k_tokens(self) -> float | None:
-        return self.cost_usd * 1000 / self.tokens if self.tokens else None
-
-    @property
-    def price_per_1k_tokens(self) -> float | None:
-        return self.price_usd * 1000 / self.tokens if self.tokens else None
-
-
-@dataclass(frozen=True)
-class GroupSnapshot:
-    totals: UsageTotals
-    windows: dict[str, WindowSummary]  # by window name; empty when nothing arrived within the longest window
-
-
-@dataclass(frozen=True)
-class MetricsSnapshot:
-    tenants: dict[str, GroupSnapshot]  # by bounded tenant label
-    models: dict[str, GroupSnapshot]  # by bounded "model@version" label
-
-
 class Metrics:
     """`slo_for(tenant)` gives a tenant's objectives. The SLO windows are kept per raw (tenant, model@version),
     bounded by configuration (authenticated tenants, catalogued models) and dropped after an idle hour; every
@@ -98,10 +51,8 @@ class Metrics:
         self.tracker = tracker or SloWindowTracker(slo_for)
         self._tenants = LabelBounder(top_n, pinned=(UNKNOWN,))
         self._models = LabelBounder(top_n, pinned=(UNKNOWN,))
-        self._adapters = LabelBounder(top_n)
         self._lock = threading.Lock()
         self._totals: dict[tuple[str, str], UsageTotals] = {}  # (tenant label, model@version label)
-        self._resident: dict[str, set[str]] = {tier: set() for tier in TIERS}
         self._engine_source: Callable[[], EngineGauges] | None = None
         self._admission_source: Callable[[], Mapping[str, AdmissionCounts]] | None = None
 
@@ -130,17 +81,7 @@ class Metrics:
         self.price_per_1k = Gauge("loraplex_price_per_1k_tokens_usd", "Price per 1000 tokens since start.", LABELS,
                                   registry=r)
         self.in_flight = Gauge("loraplex_requests_in_flight", "Generation requests being served.", registry=r)
-        self.cache_hits = Counter("loraplex_adapter_cache_hits", "Adapter found in a tier.", ("adapter", "tier"),
-                                  registry=r)
-        self.cache_misses = Counter("loraplex_adapter_cache_misses", "Adapter not found in a tier.",
-                                    ("adapter", "tier"), registry=r)
-        self.load_time = Histogram("loraplex_adapter_load_seconds", "Time to bring an adapter into a tier.",
-                                   ("tier",), buckets=LOAD_BUCKETS, registry=r)
-        self.evictions = Counter("loraplex_adapter_evictions", "Adapters evicted from a tier.", ("tier",),
-                                 registry=r)
-        # 0/1 per adapter; the `other` label counts every resident adapter folded into it.
-        self.resident = Gauge("loraplex_adapter_resident", "Adapters resident in a tier.", ("adapter", "tier"),
-                              registry=r)
+        self.adapters = AdapterMetrics(r, top_n)
         r.register(_ScrapeTimeCollector(self))
 
     # --- requests ------------------------------------------------------------------------------------------------
@@ -206,33 +147,6 @@ class Metrics:
     def set_admission_source(self, source: Callable[[], Mapping[str, AdmissionCounts]]) -> None:
         """`source()` maps raw tenant names to their queued and running requests."""
         self._admission_source = source
-
-    # --- adapter cache -----------------------------------------------------------------------------------------
-
-    def cache_hit(self, adapter: str, tier: str) -> None:
-        self.cache_hits.labels(adapter=self._adapters.bound(adapter), tier=_tier(tier)).inc()
-
-    def cache_miss(self, adapter: str, tier: str) -> None:
-        self.cache_misses.labels(adapter=self._adapters.bound(adapter), tier=_tier(tier)).inc()
-
-    def observe_load(self, tier: str, seconds: float) -> None:
-        self.load_time.labels(tier=_tier(tier)).observe(seconds)
-
-    def evicted(self, adapter: str, tier: str) -> None:
-        """An adapter left a tier; it is no longer resident there."""
-        self.evictions.labels(tier=_tier(tier)).inc()
-        self.set_resident(adapter, tier, False)
-
-    def set_resident(self, adapter: str, tier: str, resident: bool) -> None:
-        label = self._adapters.bound(adapter)
-        with self._lock:
-            members = self._resident[_tier(tier)]
-            if resident:
-                members.add(adapter)
-            else:
-                members.discard(adapter)
-            count = sum(1 for a in members if self._adapters.bound(a) == label)
-        self.resident.labels(adapter=label, tier=tier).set(count)
 
     # --- output ------------------------------------------------------------------------------------------------
 
@@ -306,8 +220,3 @@ class _ScrapeTimeCollector:
     def collect(self) -> Iterator[Metric]:
         return self._metrics._scrape_families()
 
-
-def _tier(tier: str) -> str:
-    if tier not in TIERS:
-        raise ValueError(f"unknown adapter tier {tier!r}; expected one of {TIERS}")
-    return tier

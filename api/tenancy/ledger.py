@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Literal
 
+from adapters.home import data_home
 from api.observability.outcome import RequestOutcome
 
 SCHEMA_VERSION = 1
@@ -53,8 +54,6 @@ class LedgerError(Exception):
 
 def default_ledger_path() -> Path:
     """`$LORAPLEX_HOME/usage.sqlite`, shared by the server and `loraplex usage`."""
-    from engine.demo_assets import data_home
-
     return data_home() / LEDGER_FILE
 
 

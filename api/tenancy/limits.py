@@ -43,17 +43,6 @@ class NeverFits(Exception):
         self.requested = requested
 
 
-def check_max_tokens(requested: int | None, cap: int | None) -> int | None:
-    """The max_tokens to use: the request's, or the cap when it asks for none. Above the cap is an error."""
-    if cap is None:
-        return requested
-    if requested is None:
-        return cap
-    if requested > cap:
-        raise ValueError(f"max_tokens is {requested}, above this tenant's limit of {cap}.")
-    return requested
-
-
 def format_duration(seconds: float) -> str:
     """Go's duration format, as OpenAI's x-ratelimit-reset-* headers use: `20ms`, `1.5s`, `6m0s`, `1h2m3s`."""
     ms = max(0, math.ceil(seconds * 1000 - 1e-6))

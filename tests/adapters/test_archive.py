@@ -8,7 +8,7 @@ import zipfile
 import pytest
 
 from adapters.archive import ArchiveError, extract_archive
-from adapters.local import content_hash
+from adapters.identity import content_hash
 
 MIB = 1024 * 1024
 FILES = ("adapter_config.json", "adapter_model.safetensors")

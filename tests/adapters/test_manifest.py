@@ -5,7 +5,7 @@ import hashlib
 import pytest
 from pydantic import ValidationError
 
-from adapters.local import content_hash
+from adapters.identity import content_hash
 from adapters.manifest import Manifest, blob_key, build_manifest
 from adapters.validation import ValidationLimits, validate_adapter_dir
 

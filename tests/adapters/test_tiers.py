@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from adapters.identity import AdapterIdentity, LocatedAdapter
 from adapters.manifest import Manifest
 from adapters.tiers import AdapterTiers
 
@@ -25,16 +26,16 @@ class Engine:
         self.loads: list[str] = []
         self.delay = 0.0
 
-    def adapter_id(self, adapter) -> int:
-        return hash((adapter.name, adapter.content_hash)) & 0xFFFFFF
+    def adapter_id(self, identity: AdapterIdentity) -> int:
+        return hash((identity.name, identity.content_hash)) & 0xFFFFFF
 
-    def engine_name(self, adapter) -> str:
-        return f"{adapter.name}@{adapter.content_hash[:16]}"
+    def engine_name(self, identity: AdapterIdentity) -> str:
+        return f"{identity.name}#{identity.content_hash[:16]}"
 
-    async def load_adapter(self, adapter) -> None:
+    async def load_adapter(self, adapter: LocatedAdapter) -> None:
         await asyncio.sleep(self.delay)
-        self.loads.append(adapter.name)
-        self.cpu.add(self.adapter_id(adapter))
+        self.loads.append(adapter.identity.name)
+        self.cpu.add(self.adapter_id(adapter.identity))
 
     async def unload_adapter(self, adapter_id: int) -> None:
         self.cpu.discard(adapter_id)
@@ -80,10 +81,10 @@ def tiers(max_cpu: int = 2, pinned=frozenset()):
 async def test_found_in_each_tier():
     t, engine, disk, events = tiers()
     first = await t.acquire(manifest("a"))
-    assert first.found_in == "store" and first.label == "a@1"
+    assert first.found_in == "store" and first.adapter.identity.label == "a@1"
     t.release(first)
     assert (await t.acquire(manifest("a"))).found_in == "cpu"
-    t.on_step({engine.engine_name(first.adapter): 1})
+    t.on_step({engine.engine_name(first.adapter.identity): 1})
     assert (await t.acquire(manifest("a"))).found_in == "engine"
     assert ("miss", "a@1", "disk") in events.log and ("hit", "a@1", "engine") in events.log
 
@@ -104,20 +105,20 @@ async def test_single_flight_load():
     engine.delay = 0.05
     results = await asyncio.gather(*(t.acquire(manifest("a")) for _ in range(5)))
     assert engine.loads == ["a"]
-    assert {r.adapter.name for r in results} == {"a"}
+    assert {r.adapter.identity.name for r in results} == {"a"}
 
 
 async def test_new_version_is_a_different_adapter():
     t, engine, disk, events = tiers()
     one, two = await t.acquire(manifest("a", 1)), await t.acquire(manifest("a", 2))
-    assert one.adapter.content_hash != two.adapter.content_hash
+    assert one.adapter.identity.content_hash != two.adapter.identity.content_hash
     assert engine.loads == ["a", "a"]
 
 
 async def test_slot_mirror_keeps_most_recent():
     t, engine, disk, events = tiers(max_cpu=3)
     a, b = await t.acquire(manifest("a")), await t.acquire(manifest("b"))
-    t.on_step({engine.engine_name(a.adapter): 1})
-    t.on_step({engine.engine_name(b.adapter): 1})
+    t.on_step({engine.engine_name(a.adapter.identity): 1})
+    t.on_step({engine.engine_name(b.adapter.identity): 1})
     assert t.residency()["engine"] == ["b@1"]
     assert ("evicted", "a@1", "engine") in events.log

@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from adapters.base_model import BaseModelError, ModuleShape, base_model_spec, spec_from_config
-from adapters.local import AdapterValidationError
-from adapters.validation import ValidationLimits, validate_adapter_dir
+from adapters.validation import AdapterValidationError, ValidationLimits, validate_adapter_dir
 
 LIMITS = ValidationLimits(max_lora_rank=64, max_bytes=10 * 1024 * 1024)
 Q_B = "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"

@@ -12,7 +12,7 @@ from adapters.base_model import base_model_spec
 from adapters.registry import Registry, RegistryConfig
 from api.app import create_app
 from api.tenancy.config import TenancyConfig
-from api.wiring import ServingOptions, build_server
+from api.server import ServingOptions, build_server
 from engine.types import ChoiceDelta, EngineError, EngineLoad
 
 
@@ -70,7 +70,7 @@ class FakeEngine:
 
 @pytest.fixture(scope="session")
 def small_tokenizer():
-    from engine.tiny_llama import TinyLlamaSpec, train_tokenizer
+    from adapters.demo.tiny_llama import TinyLlamaSpec, train_tokenizer
 
     return train_tokenizer(TinyLlamaSpec())
 
@@ -81,13 +81,23 @@ def fake_engine(small_tokenizer):
 
 
 @pytest.fixture
-def fake_server(fake_engine, demo_assets, tmp_path):
-    """The real server parts around the fake engine: an empty registry, the open tenant, a fresh ledger."""
-    base = base_model_spec(demo_assets.model_dir)
-    config = RegistryConfig(store_uri=str(tmp_path / "blobs"), index_path=str(tmp_path / "index.sqlite"))
-    registry = Registry.from_config(config, base, max_lora_rank=64)
-    options = ServingOptions(ledger_path=str(tmp_path / "usage.sqlite"))
-    return build_server(fake_engine, registry, TenancyConfig.open_default(), options, None)
+def make_fake_server(fake_engine, demo_assets, tmp_path):
+    """The real server parts around the fake engine: an empty registry, the open tenant, a fresh ledger;
+    keyword arguments go to `build_server`."""
+
+    def make(**kwargs):
+        base = base_model_spec(demo_assets.model_dir)
+        config = RegistryConfig(store_uri=str(tmp_path / "blobs"), index_path=str(tmp_path / "index.sqlite"))
+        registry = Registry.from_config(config, base, max_lora_rank=64)
+        options = ServingOptions(ledger_path=str(tmp_path / "usage.sqlite"))
+        return build_server(fake_engine, registry, TenancyConfig.open_default(), options, None, **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def fake_server(make_fake_server):
+    return make_fake_server()
 
 
 @pytest.fixture

@@ -96,7 +96,7 @@ async def test_mixed_batch_matches_hf(server, acme, hf_reference, tokenizer, bas
 
 def test_slot_reuse_stays_exact(server, acme, hf_reference, tokenizer, adapter_dirs):
     """Four adapters take turns in two engine slots: each load rewrites a slot in place, and the grouped
-    ops' cached fused weights must follow (engine/lora_fused.py)."""
+    ops' cached fused weights must follow (engine/worker/fused_ops.py)."""
     ids = tokenizer.encode(PROMPTS[1], add_special_tokens=False)
     order = list(adapter_dirs) * 2 + list(reversed(adapter_dirs))
     with httpx.Client(base_url=server, headers=acme, timeout=120) as client:

@@ -14,7 +14,7 @@ from tests.conftest import ARTIFACTS
 
 
 def test_dashboard_in_headless_chromium(server, keys, acme, base_model_id):
-    from api.observability.browser import render_page
+    from tests.browser import render_page
 
     for model in (base_model_id, "sql-helper"):
         httpx.post(f"{server}/v1/completions", headers=acme, timeout=60,

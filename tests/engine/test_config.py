@@ -3,7 +3,6 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from engine.adapter_ids import AdapterIds, engine_lora_name
 from engine.config import EngineConfig
 
 
@@ -29,22 +28,3 @@ def test_every_problem_reported_at_once():
     with pytest.raises(ValidationError) as info:
         EngineConfig(model="/m", max_lora_rank=12, max_loras=8, max_cpu_loras=4)
     assert "max_lora_rank" in str(info.value) and "max_cpu_loras" in str(info.value)
-
-
-def test_adapter_ids_stable_per_name_and_hash():
-    ids, other = AdapterIds(), AdapterIds()
-    a = ids.id_for("a", "h1")
-    assert a == ids.id_for("a", "h1") == other.id_for("a", "h1")
-    assert ids.id_for("a", "h2") != a
-    assert ids.id_for("b", "h1") != a
-    assert a > 0
-
-
-def test_adapter_ids_never_collide():
-    ids = AdapterIds()
-    values = [ids.id_for(f"name{i}", "hash") for i in range(2000)]
-    assert len(set(values)) == 2000
-
-
-def test_engine_lora_name_carries_the_hash():
-    assert engine_lora_name("poet", "ab" * 32) != engine_lora_name("poet", "cd" * 32)

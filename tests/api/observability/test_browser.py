@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from prometheus_client import CollectorRegistry
 
-from api.observability import browser
-from api.observability.browser import BrowserError, find_chromium, render_page
+from tests import browser
+from tests.browser import BrowserError, find_chromium, render_page
 from api.observability.dashboard import DASHBOARD_HTML, dashboard_snapshot
 from api.observability.request_metrics import Metrics
 from api.observability.slo import DEFAULT_SLO

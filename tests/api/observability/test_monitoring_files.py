@@ -30,11 +30,11 @@ def exported() -> set[str]:
     metrics.observe_rejected(401)
     metrics.set_engine_source(lambda: EngineGauges(1, 2, 0.5, 3, 40))
     metrics.set_admission_source(lambda: {"acme": AdmissionCounts(1, 1)})
-    metrics.cache_hit("support@3", "engine")
-    metrics.cache_miss("support@3", "cpu")
-    metrics.observe_load("engine", 0.1)
-    metrics.set_resident("support@3", "engine", True)
-    metrics.evicted("support@3", "cpu")
+    metrics.adapters.cache_hit("support@3", "engine")
+    metrics.adapters.cache_miss("support@3", "cpu")
+    metrics.adapters.observe_load("engine", 0.1)
+    metrics.adapters.set_resident("support@3", "engine", True)
+    metrics.adapters.evicted("support@3", "cpu")
     return {sample.name for family in text_string_to_metric_families(metrics.render().decode())
             for sample in family.samples}
 

@@ -183,42 +183,6 @@ def test_engine_and_admission_sources():
     assert value(metrics, "loraplex_requests_in_flight") == 1
 
 
-def test_adapter_cache_metrics():
-    metrics = make_metrics(top_n=2)
-    metrics.cache_hit("a", "engine")
-    metrics.cache_hit("a", "engine")
-    metrics.cache_miss("b", "engine")
-    metrics.cache_hit("b", "cpu")
-    metrics.cache_miss("c", "disk")
-    metrics.observe_load("cpu", 0.25)
-    metrics.observe_load("engine", 0.5)
-    for adapter in ("a", "b", "c", "d"):
-        metrics.set_resident(adapter, "engine", True)
-    metrics.evicted("b", "engine")
-    assert value(metrics, "loraplex_adapter_cache_hits_total", adapter="a", tier="engine") == 2
-    assert value(metrics, "loraplex_adapter_cache_misses_total", adapter="b", tier="engine") == 1
-    assert value(metrics, "loraplex_adapter_cache_misses_total", adapter="other", tier="disk") == 1
-    assert value(metrics, "loraplex_adapter_load_seconds_count", tier="cpu") == 1
-    assert value(metrics, "loraplex_adapter_load_seconds_sum", tier="engine") == 0.5
-    assert value(metrics, "loraplex_adapter_evictions_total", tier="engine") == 1
-    assert value(metrics, "loraplex_adapter_resident", adapter="a", tier="engine") == 1
-    assert value(metrics, "loraplex_adapter_resident", adapter="b", tier="engine") == 0
-    assert value(metrics, "loraplex_adapter_resident", adapter="other", tier="engine") == 2  # c and d
-    adapters = {dict(labels)["adapter"] for labels in label_sets(metrics, "loraplex_adapter_resident")}
-    assert adapters == {"a", "b", "other"}
-
-
-@pytest.mark.parametrize("call", [
-    lambda m: m.cache_hit("a", "gpu"),
-    lambda m: m.cache_miss("a", ""),
-    lambda m: m.observe_load("ram", 1.0),
-    lambda m: m.set_resident("a", "Engine", True),
-])
-def test_unknown_tier_is_refused(call):
-    with pytest.raises(ValueError, match="tier"):
-        call(make_metrics())
-
-
 def test_snapshot_groups(traffic):
     metrics = make_metrics()
     for o in traffic:

@@ -9,7 +9,6 @@ from api.tenancy.limits import (
     LimitExceeded,
     NeverFits,
     TenantLimiter,
-    check_max_tokens,
     format_duration,
 )
 
@@ -172,22 +171,6 @@ def test_a_request_that_can_never_fit_is_not_a_rate_limit(limits, reserve, limit
     assert (e.value.limit, e.value.requested) == (limit, reserve)
     assert lim.running == 0
     lim.admit(0.0, WALL, reserve - 1)
-
-
-@pytest.mark.parametrize(("requested", "cap", "expected"), [
-    (None, None, None),
-    (100, None, 100),
-    (None, 512, 512),
-    (512, 512, 512),
-    (1, 512, 1),
-])
-def test_check_max_tokens(requested, cap, expected):
-    assert check_max_tokens(requested, cap) == expected
-
-
-def test_check_max_tokens_above_the_cap_names_it():
-    with pytest.raises(ValueError, match="513.*limit of 512"):
-        check_max_tokens(513, 512)
 
 
 @pytest.mark.parametrize(("seconds", "text"), [

@@ -1,0 +1,66 @@
+"""Admin API wire format: request bodies and responses of the registry's admin endpoints."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from adapters.identity import STABLE
+from adapters.manifest import Manifest
+
+
+class PromoteRequest(BaseModel):
+    version: int = Field(ge=1, description="Version to point the alias at.")
+    alias: str = Field(default=STABLE, description="Alias to move.")
+
+
+class RollbackRequest(BaseModel):
+    alias: str = Field(default=STABLE, description="Alias to move back to its previous version.")
+
+
+class RegisterRequest(BaseModel):
+    name: str = Field(description="Adapter name to publish under.")
+    source: str = Field(description="Object store URI of the adapter folder (s3://bucket/prefix).")
+    description: str = Field(default="", description="Free text shown in listings.")
+
+
+class VersionView(Manifest):
+    """A published version and the engine tiers it is resident in now."""
+
+    resident: list[str] = Field(description="Tiers holding this version: engine, cpu.")
+
+
+class AdapterView(BaseModel):
+    name: str = Field(description="Adapter name.")
+    description: str = Field(description="Description given at push.")
+    aliases: dict[str, int] = Field(description="Alias -> version.")
+    versions: list[VersionView] = Field(description="Published versions, oldest first.")
+
+
+class AdapterList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[AdapterView]
+
+
+class AliasView(BaseModel):
+    name: str
+    alias: str
+    version: int = Field(description="The version the alias points at now.")
+
+
+class DeletedVersion(BaseModel):
+    name: str
+    version: int
+    deleted: Literal[True] = True
+
+
+class LoadResult(BaseModel):
+    model: str = Field(description="The version, as name@version.")
+    found_in: str = Field(description="The fastest tier that held it: engine, cpu, disk, or store (fetched).")
+    load_seconds: float
+
+
+class EvictResult(BaseModel):
+    model: str = Field(description="The version, as name@version.")
+    evicted: bool = Field(description="False when it was not in the engine's caches.")

@@ -1,0 +1,176 @@
+"""`loraplex adapters ...`: publish and manage adapter versions in the registry."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from adapters.base_model import BaseModelError, base_model_spec
+from adapters.demo.assets import ensure_demo_assets
+from adapters.home import data_home
+from adapters.identity import STABLE, parse_model_ref, version_label
+from adapters.registry import Registry, RegistryConfig
+from adapters.validation import AdapterValidationError
+from engine.config import SUPPORTED_LORA_RANKS, EngineConfig
+
+EXIT_ERROR = 2
+
+
+def add_adapters_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    fields = RegistryConfig.model_fields
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", default=None, metavar="URI", help=fields["store_uri"].description)
+    common.add_argument("--index", default=None, metavar="PATH", help=fields["index_path"].description)
+    common.add_argument("--base-model", default=None, metavar="DIR", type=Path,
+                        help="Llama-family checkpoint that pushed adapters must fit (default: the embedded demo "
+                             "model).")
+    common.add_argument("--max-lora-rank", type=int, choices=SUPPORTED_LORA_RANKS,
+                        default=EngineConfig.model_fields["max_lora_rank"].default, metavar="R",
+                        help="Largest LoRA rank a push accepts (default: %(default)s).")
+    common.add_argument("--max-adapter-bytes", type=int, default=fields["max_adapter_bytes"].default, metavar="N",
+                        help=f"{fields['max_adapter_bytes'].description} (default: %(default)s)")
+
+    parser = subparsers.add_parser(
+        "adapters", help="Publish and manage versioned LoRA adapters.",
+        description="Publish LoRA adapters to the registry and manage their versions and aliases. A bare NAME "
+        "means its `stable` alias, which follows the newest version until a version is promoted to it.")
+    actions = parser.add_subparsers(dest="adapters_command", required=True, metavar="ACTION")
+    push = actions.add_parser("push", parents=[common], help="Validate a PEFT folder and publish it as a new version.")
+    push.add_argument("path", type=Path, metavar="PATH", help="PEFT LoRA folder (adapter_config.json + safetensors).")
+    push.add_argument("--name", required=True, help="Adapter name.")
+    push.add_argument("--description", default="", help="Free text shown in listings.")
+    listing = actions.add_parser("list", parents=[common], help="List adapters, versions and aliases.")
+    listing.add_argument("--json", action="store_true", help="Print JSON.")
+    show = actions.add_parser("show", parents=[common], help="Show one version: NAME, NAME@V or NAME:ALIAS.")
+    show.add_argument("ref", metavar="NAME[@V|:ALIAS]")
+    show.add_argument("--json", action="store_true", help="Print JSON.")
+    promote = actions.add_parser("promote", parents=[common], help="Point an alias at a version.")
+    promote.add_argument("ref", metavar="NAME@V")
+    promote.add_argument("--alias", default=STABLE, help="Alias to move (default: %(default)s).")
+    rollback = actions.add_parser("rollback", parents=[common], help="Move an alias back to its previous version.")
+    rollback.add_argument("name", metavar="NAME")
+    rollback.add_argument("--alias", default=STABLE, help="Alias to move back (default: %(default)s).")
+    delete = actions.add_parser("delete", parents=[common], help="Delete a version no alias points at.")
+    delete.add_argument("ref", metavar="NAME@V")
+    return parser
+
+
+def run_adapters(args: argparse.Namespace) -> int:
+    """Runs one action; returns the exit code. Failures print `error: ...` with every problem and return 2."""
+    try:
+        registry = _open_registry(args)
+        try:
+            return _ACTIONS[args.adapters_command](registry, args)
+        finally:
+            registry.close()
+    except AdapterValidationError as e:
+        return _fail(f"adapter {e.name!r} is not valid:", e.problems)
+    except BaseModelError as e:
+        return _fail("the base model is not usable:", e.problems)
+    except (ValueError, LookupError, OSError, BotoCoreError, ClientError) as e:
+        return _fail(str(e), [])
+
+
+def _fail(message: str, problems: list[str]) -> int:
+    lines = [f"error: {message}"] + [f"  - {problem}" for problem in problems]
+    print("\n".join(lines), file=sys.stderr)
+    return EXIT_ERROR
+
+
+def _open_registry(args: argparse.Namespace) -> Registry:
+    config = RegistryConfig(store_uri=args.store, index_path=args.index, max_adapter_bytes=args.max_adapter_bytes)
+    base = None
+    if args.adapters_command == "push":
+        base_dir = args.base_model
+        if base_dir is None:
+            base_dir = ensure_demo_assets(data_home()).model_dir
+        base = base_model_spec(base_dir)
+    return Registry.from_config(config, base, args.max_lora_rank)
+
+
+def _versioned(ref: str) -> tuple[str, int]:
+    parsed = parse_model_ref(ref)
+    if parsed.version is None:
+        raise ValueError(f"expected NAME@VERSION, got {ref!r}")
+    return parsed.name, parsed.version
+
+
+def _push(registry: Registry, args: argparse.Namespace) -> int:
+    manifest, created = registry.push_with_status(args.path, args.name, args.description)
+    if created:
+        stable = registry.index.alias_target(manifest.name, STABLE)
+        print(f"pushed {manifest.label} (content {manifest.content_hash[:12]}, {manifest.size_bytes} bytes); "
+              f"stable -> {version_label(manifest.name, stable)}")
+    else:
+        print(f"{manifest.label} already has this content; nothing pushed")
+    return 0
+
+
+def _list(registry: Registry, args: argparse.Namespace) -> int:
+    summaries = registry.list()
+    if args.json:
+        print(json.dumps([s.model_dump(mode="json") for s in summaries], indent=2))
+        return 0
+    rows = [("NAME", "VERSIONS", "ALIASES", "DESCRIPTION")]
+    for s in summaries:
+        rows.append((s.name, ",".join(str(m.version) for m in s.versions),
+                     ",".join(f"{alias}={version}" for alias, version in s.aliases.items()), s.description))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3])
+    return 0
+
+
+def _show(registry: Registry, args: argparse.Namespace) -> int:
+    detail = registry.show(parse_model_ref(args.ref))
+    if args.json:
+        print(detail.model_dump_json(indent=2))
+        return 0
+    m = detail.manifest
+    print(m.label)
+    for key, value in (
+        ("description", m.description or detail.description),
+        ("content_hash", m.content_hash),
+        ("base_model", m.base_model_id),
+        ("peft_type", m.peft_type),
+        ("rank", m.rank),
+        ("alpha", m.alpha),
+        ("target_modules", ", ".join(m.target_modules)),
+        ("size_bytes", m.size_bytes),
+        ("created_at", m.created_at),
+        ("versions", ", ".join(map(str, detail.versions))),
+        ("aliases", ", ".join(f"{alias}={version}" for alias, version in detail.aliases.items())),
+    ):
+        print(f"  {key}: {value}")
+    print("  files:")
+    for file in m.files:
+        print(f"    {file.path}  {file.size} bytes  sha256 {file.sha256}")
+    return 0
+
+
+def _promote(registry: Registry, args: argparse.Namespace) -> int:
+    name, version = _versioned(args.ref)
+    manifest = registry.promote(name, version, args.alias)
+    print(f"{name}:{args.alias} -> {manifest.label}")
+    return 0
+
+
+def _rollback(registry: Registry, args: argparse.Namespace) -> int:
+    manifest = registry.rollback(args.name, args.alias)
+    print(f"{args.name}:{args.alias} -> {manifest.label}")
+    return 0
+
+
+def _delete(registry: Registry, args: argparse.Namespace) -> int:
+    name, version = _versioned(args.ref)
+    registry.delete(name, version)
+    print(f"deleted {name}@{version}")
+    return 0
+
+
+_ACTIONS = {"push": _push, "list": _list, "show": _show, "promote": _promote, "rollback": _rollback,
+            "delete": _delete}

@@ -1,0 +1,135 @@
+"""`loraplex serve`: build the engine, registry, tenants and HTTP server from flags, then serve until SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import typing
+from pathlib import Path
+
+from pydantic import BaseModel, Field, ValidationError
+
+from adapters.base_model import BaseModelError, base_model_spec
+from adapters.demo.assets import ensure_demo_assets
+from adapters.home import data_home
+from adapters.registry import Registry, RegistryConfig
+from adapters.validation import AdapterValidationError
+from api.cli.flags import add_config_arguments, config_from_args
+from api.server import ServingOptions, TierSizes, build_server
+from api.tenancy.config import ConfigError, TenancyConfig, load_tenancy_config
+from engine.config import EngineConfig
+
+
+class ServerConfig(BaseModel):
+    """Where and how the HTTP server listens."""
+
+    host: str = Field(default="127.0.0.1", description="Address to bind.")
+    port: int = Field(default=8000, ge=0, le=65535, description="TCP port to bind.")
+    log_level: typing.Literal["debug", "info", "warning", "error"] = Field(default="info",
+                                                                          description="Log level.")
+
+
+def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
+    serve = subparsers.add_parser(
+        "serve",
+        help="Serve the base model and LoRA adapters over the OpenAI API.",
+        description="Serve a base model and LoRA adapters over the OpenAI API. Without --model, serves the "
+        "embedded default: a tiny Llama and demo adapters generated once under $LORAPLEX_HOME "
+        "(default ~/.local/share/loraplex).",
+    )
+    serve.add_argument("--model", default=None,
+                       help="Path of a local Hugging Face Llama-family checkpoint (default: the embedded demo model).")
+    serve.add_argument("--adapter", action="append", default=[], metavar="NAME=PATH",
+                       help="Publish the PEFT LoRA adapter folder PATH to the registry as NAME at start "
+                       "(a new version only if its content changed), and serve it (repeatable).")
+    serve.add_argument("--pin", action="append", default=[], metavar="NAME",
+                       help="Keep adapter NAME (its stable version) loaded in the engine's CPU tier and on "
+                       "disk; never evicted (repeatable).")
+    add_config_arguments(serve, ServerConfig, skip=set())
+    add_config_arguments(serve, EngineConfig, skip={"model"})
+    add_config_arguments(serve, RegistryConfig, skip=set())
+    add_config_arguments(serve, ServingOptions, skip=set())
+
+
+def parse_adapter_flag(value: str) -> tuple[str, Path]:
+    """`NAME=PATH` from the command line."""
+    name, sep, path = value.partition("=")
+    if not sep or not name or not path:
+        raise ValueError(f"expected NAME=PATH, got {value!r}")
+    return name, Path(path)
+
+
+def _publish_startup_adapters(registry: Registry, flags: list[tuple[str, Path]]) -> list[str]:
+    """Pushes the demo and --adapter folders; unchanged content keeps its version. Every problem at once."""
+    lines, problems = [], []
+    for name, path in flags:
+        try:
+            manifest, created = registry.push_with_status(path, name)
+        except AdapterValidationError as e:
+            problems.append(str(e))
+            continue
+        lines.append(f"{manifest.label}{' (new)' if created else ''}")
+    if problems:
+        raise SystemExit("invalid adapters:\n  - " + "\n  - ".join(problems))
+    return lines
+
+
+def _tenancy(path: str | None) -> TenancyConfig:
+    if path is None:
+        print("[loraplex] no --config: serving OPEN, one tenant 'default', no API keys, admin API unguarded",
+              file=sys.stderr, flush=True)
+        return TenancyConfig.open_default()
+    try:
+        return load_tenancy_config(path)
+    except ConfigError as e:
+        raise SystemExit(f"invalid tenants config {path}:\n  - " + "\n  - ".join(e.problems)) from e
+
+
+def serve(args: argparse.Namespace) -> None:
+    # vLLM and uvicorn load here, not at import: `loraplex adapters ...` and `keys ...` start without them.
+    import uvicorn
+
+    from api.app import create_app
+    from api.lifecycle import DrainingServer
+    from engine.async_engine import LoraplexEngine
+
+    try:
+        flags = [parse_adapter_flag(v) for v in args.adapter]
+    except ValueError as e:
+        raise SystemExit(f"--adapter: {e}") from e
+    model = args.model
+    if model is None:
+        demo = ensure_demo_assets(data_home())
+        model = str(demo.model_dir)
+        flags = list(demo.adapter_dirs.items()) + flags
+    try:
+        server_config = config_from_args(ServerConfig, args)
+        engine_config = config_from_args(EngineConfig, args, model=model)
+        registry_config = config_from_args(RegistryConfig, args)
+        options = config_from_args(ServingOptions, args)
+    except ValidationError as e:
+        raise SystemExit(f"invalid configuration:\n{e}") from e
+    if not Path(model).is_dir():
+        raise SystemExit(f"--model: {model} is not a directory")
+    tenancy = _tenancy(options.config)
+    try:
+        base = base_model_spec(Path(model))
+    except BaseModelError as e:
+        raise SystemExit(f"--model: {e}") from e
+    registry = Registry.from_config(registry_config, base, engine_config.max_lora_rank)
+    published = _publish_startup_adapters(registry, flags)
+    engine = LoraplexEngine(engine_config)
+    if engine.model_id != base.model_id:
+        raise SystemExit(f"model id mismatch: engine {engine.model_id!r}, registry base {base.model_id!r}")
+    if len(args.pin) >= engine_config.max_cpu_loras:
+        raise SystemExit(f"--pin: {len(args.pin)} pinned adapters leave no room in max_cpu_loras "
+                         f"{engine_config.max_cpu_loras}")
+    sizes = TierSizes(engine_config.max_loras, engine_config.max_cpu_loras,
+                      registry_config.resolved_disk_cache_dir(), registry_config.disk_cache_bytes)
+    server = build_server(engine, registry, tenancy, options, sizes, tuple(args.pin),
+                          max_running=engine_config.max_num_seqs)
+    print(f"[loraplex] serving {engine.model_id}; registry {registry_config.resolved_store_uri()}; "
+          f"published at start: {', '.join(published) or '(none)'}", file=sys.stderr, flush=True)
+    config = uvicorn.Config(create_app(server), host=server_config.host, port=server_config.port,
+                            log_level=server_config.log_level, timeout_graceful_shutdown=5)
+    DrainingServer(config, server.lifecycle, options.drain_timeout_s).run()

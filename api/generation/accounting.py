@@ -1,0 +1,150 @@
+"""One request's account: times, tokens and compute cost as they happen, closed exactly once into an outcome
+that metrics, SLOs, the request log and the usage ledger all read."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from prometheus_client import Gauge
+
+from api.auth import Caller
+from api.errors import OpenAIError
+from api.lifecycle import Lifecycle
+from api.observability.outcome import STATUS_CLIENT_CLOSED, UNKNOWN, RequestOutcome
+from api.tenancy.config import TenancyConfig
+from api.tenancy.pricing import ComputeMeter, PriceTable
+
+logger = logging.getLogger(__name__)
+
+
+def finish_of(status: int) -> str:
+    if status == STATUS_CLIENT_CLOSED:
+        return "aborted"
+    if status >= 400:
+        return "error"
+    return "completed"
+
+
+class OutcomeSink:
+    """Fans one finished request out to its readers; the ledger write commits before this returns."""
+
+    def __init__(self, readers: list[Callable[[RequestOutcome, str], None]]):
+        self._readers = readers
+
+    def record(self, outcome: RequestOutcome) -> None:
+        finish = finish_of(outcome.status)
+        for reader in self._readers:
+            try:
+                reader(outcome, finish)
+            except Exception:  # one broken reader must not lose the others' record
+                logger.exception("recording request %s failed in %r", outcome.request_id, reader)
+
+
+@dataclass
+class RequestAccount:
+    """Created when a request arrives; `close` runs the cleanups (slots, reservations) then records it."""
+
+    sink: OutcomeSink
+    request_id: str
+    tenant: str = UNKNOWN
+    priority: str = ""
+    model: str = UNKNOWN
+    version: str = ""
+    price_of: Callable[[int, int], float] = lambda prompt, completion: 0.0
+    cost_per_token: Callable[[], float] = lambda: 0.0
+    arrival: float = field(default_factory=time.monotonic)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    queue_seconds: float = 0.0
+    cost_usd: float = 0.0
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    gaps: list[float] = field(default_factory=list)
+    cleanups: list[Callable[[RequestAccount], None]] = field(default_factory=list)
+    closed: bool = False
+
+    def on_tokens(self, count: int) -> None:
+        """`count` tokens handed to the client now; one engine step's worth."""
+        if not count:
+            return
+        now = time.monotonic()
+        if self.first_token_at is None:
+            self.first_token_at = now
+            self.cost_usd += self.prompt_tokens * self.cost_per_token()
+        elif self.last_token_at is not None:
+            self.gaps.append(now - self.last_token_at)
+        self.last_token_at = now
+        self.completion_tokens += count
+        self.cost_usd += count * self.cost_per_token()
+
+    def close(self, status: int) -> RequestOutcome | None:
+        if self.closed:
+            return None
+        self.closed = True
+        for cleanup in reversed(self.cleanups):
+            try:
+                cleanup(self)
+            except Exception:
+                logger.exception("cleanup of request %s failed", self.request_id)
+        now = time.monotonic()
+        outcome = RequestOutcome(
+            request_id=self.request_id, tenant=self.tenant, priority=self.priority, model=self.model,
+            version=self.version, status=status, prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens, queue_seconds=self.queue_seconds,
+            ttft_seconds=None if self.first_token_at is None else self.first_token_at - self.arrival,
+            e2e_seconds=now - self.arrival, inter_token_seconds=tuple(self.gaps),
+            price_usd=self.price_of(self.prompt_tokens, self.completion_tokens), cost_usd=self.cost_usd,
+            finished_at=time.time(),
+        )
+        self.sink.record(outcome)
+        return outcome
+
+
+def failure_status(error: BaseException) -> int:
+    """The status a request ends with when `error` escapes its handling."""
+    if isinstance(error, OpenAIError):
+        return error.status
+    if isinstance(error, asyncio.CancelledError):
+        return STATUS_CLIENT_CLOSED
+    return 500
+
+
+@contextmanager
+def closes_on_failure(account: RequestAccount) -> Iterator[RequestAccount]:
+    """Whatever escapes the block (an error, a cancellation, anything) closes the account with its status
+    before it propagates; a block that ends normally leaves the account open for whoever finishes it."""
+    try:
+        yield account
+    except BaseException as e:
+        account.close(failure_status(e))
+        raise
+
+
+class Accounts:
+    """Opens the account of each generation request: the tenant's prices and compute meter, the in-flight
+    gauge and the drain count, each given back when the account closes."""
+
+    def __init__(self, sink: OutcomeSink, tenancy: TenancyConfig, prices: PriceTable, meter: ComputeMeter,
+                 in_flight: Gauge, lifecycle: Lifecycle):
+        self._sink = sink
+        self._tenancy = tenancy
+        self._prices = prices
+        self._meter = meter
+        self._in_flight = in_flight
+        self._lifecycle = lifecycle
+
+    def open(self, request_id: str, caller: Caller) -> RequestAccount:
+        tenant = self._tenancy.tenant(caller.tenant)
+        account = RequestAccount(self._sink, request_id, tenant=caller.tenant, priority=tenant.priority,
+                                 cost_per_token=lambda: self._meter.usd_per_token)
+        account.price_of = lambda p, c: self._prices.price(caller.tenant, account.model, p, c)
+        self._in_flight.inc()
+        account.cleanups.append(lambda a: self._in_flight.dec())
+        self._lifecycle.enter()
+        account.cleanups.append(lambda a: self._lifecycle.leave())
+        return account

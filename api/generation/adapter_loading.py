@@ -1,0 +1,38 @@
+"""The adapter a request runs with, brought into the engine through the tiers and held until close."""
+
+from __future__ import annotations
+
+from adapters.identity import LocatedAdapter
+from adapters.tiers import AdapterTiers
+from adapters.validation import AdapterValidationError
+from api.errors import OpenAIError
+from api.generation.accounting import RequestAccount
+from api.generation.resolve import ServedModel
+from api.observability.tracing import Tracing
+from engine.types import EngineError
+
+
+class AdapterLoader:
+    """`tiers` None: no adapter tiers (the fake engine of HTTP-layer tests), every request runs on the base."""
+
+    def __init__(self, tiers: AdapterTiers | None, tracing: Tracing):
+        self.tiers = tiers
+        self.tracing = tracing
+
+    async def enter(self, served: ServedModel, account: RequestAccount) -> LocatedAdapter | None:
+        """The adapter to run with (None for the base model); 500 if it fails validation, 503 if it cannot
+        be loaded."""
+        if served.manifest is None or self.tiers is None:
+            return None
+        tiers = self.tiers
+        with self.tracing.span("adapter.load", adapter=served.id):
+            try:
+                acquired = await tiers.acquire(served.manifest)
+            except AdapterValidationError as e:
+                raise OpenAIError(500, f"Adapter {served.id} failed validation: {'; '.join(e.problems)}",
+                                  code="adapter_invalid") from e
+            except (EngineError, OSError, ValueError) as e:
+                raise OpenAIError(503, f"Adapter {served.id} could not be loaded: {e}",
+                                  code="adapter_load_failed") from e
+        account.cleanups.append(lambda a: tiers.release(acquired))
+        return acquired.adapter

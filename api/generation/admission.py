@@ -1,0 +1,27 @@
+"""Fair admission on the request path: wait for an engine slot in the tenant's queue, free it at close."""
+
+from __future__ import annotations
+
+from api.auth import Caller
+from api.errors import overloaded
+from api.generation.accounting import RequestAccount
+from api.observability.tracing import Tracing
+from api.tenancy.admission import FairAdmission, QueueFull
+from api.tenancy.config import TenancyConfig
+
+
+class EngineAdmission:
+    def __init__(self, tenancy: TenancyConfig, queue: FairAdmission, tracing: Tracing):
+        self.tenancy = tenancy
+        self.queue = queue
+        self.tracing = tracing
+
+    async def enter(self, caller: Caller, account: RequestAccount) -> None:
+        """Returns once the request holds a slot (503 with Retry-After when the queue is full)."""
+        with self.tracing.span("admission", tenant=caller.tenant):
+            try:
+                ticket = await self.queue.acquire(caller.tenant, self.tenancy.weight_of(caller.tenant))
+            except QueueFull as e:
+                raise overloaded("The server's admission queue is full; retry later.", e.retry_after_s) from e
+        account.queue_seconds = ticket.queue_seconds
+        account.cleanups.append(lambda a: self.queue.release(ticket))

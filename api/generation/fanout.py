@@ -1,0 +1,129 @@
+"""Engine fan-out: a request's prompts run as engine calls, their deltas merged into one stream.
+
+Each call's tokens are counted on the request's account as they arrive; a consumer that stops early
+(disconnect, error) aborts every call still running in the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from vllm import SamplingParams
+
+from adapters.identity import LocatedAdapter
+from api.errors import OpenAIError
+from api.generation.accounting import RequestAccount
+from engine.types import ChoiceDelta, EngineClient, EngineDeadError, EngineRequestError, PositionLogprobs
+
+logger = logging.getLogger(__name__)
+
+
+def engine_failure(e: Exception) -> OpenAIError:
+    if isinstance(e, EngineRequestError):
+        return OpenAIError(400, str(e), code="invalid_value")
+    if isinstance(e, EngineDeadError):
+        return OpenAIError(503, "The engine is not running.", code="engine_dead")
+    return OpenAIError(500, "The engine failed while generating this response.", code="engine_error")
+
+
+@dataclass(frozen=True)
+class EngineCall:
+    """One prompt sent to the engine; `choice_offset` places its choices in the response."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    choice_offset: int = 0
+
+
+async def run_calls(
+    engine: EngineClient, adapter: LocatedAdapter | None, calls: list[EngineCall], account: RequestAccount
+) -> AsyncIterator[ChoiceDelta]:
+    """Deltas of every call, interleaved as they come, with choice indexes made global.
+
+    Raises OpenAIError on engine failure; a cancelled consumer aborts every call still running.
+    """
+    account.prompt_tokens = sum(len(c.prompt_token_ids) for c in calls)
+    if len(calls) == 1:
+        # The common case streams straight through: no pump task, no queue hop per engine step.
+        async for delta in _run_one(engine, adapter, calls[0], account):
+            yield delta
+        return
+    queue: asyncio.Queue[ChoiceDelta | OpenAIError | None] = asyncio.Queue()
+
+    async def pump(call: EngineCall) -> None:
+        try:
+            async for delta in _run_one(engine, adapter, call, account):
+                await queue.put(delta_with_offset(delta, call.choice_offset))
+            await queue.put(None)
+        except OpenAIError as e:  # handed to the consumer, which raises it in the request's context
+            await queue.put(e)
+
+    tasks = [asyncio.create_task(pump(c)) for c in calls]
+    pending = len(tasks)
+    try:
+        while pending:
+            item = await queue.get()
+            if item is None:
+                pending -= 1
+            elif isinstance(item, OpenAIError):
+                raise item
+            else:
+                yield item
+    finally:
+        # Cancelling a pump closes its _run_one, which aborts that call in the engine.
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _run_one(engine: EngineClient, adapter: LocatedAdapter | None, call: EngineCall,
+                   account: RequestAccount) -> AsyncIterator[ChoiceDelta]:
+    """One engine request's deltas; counts tokens, maps failures to OpenAIError, aborts if left early."""
+    steps = engine.generate(call.request_id, call.prompt_token_ids, call.params, adapter)
+    finished = False
+    try:
+        async for step in steps:
+            for delta in step:
+                account.on_tokens(len(delta.token_ids))
+                yield delta
+        finished = True
+    except OpenAIError:
+        raise
+    except Exception as e:
+        logger.error("engine failure: %r", e, exc_info=e)
+        raise engine_failure(e) from e
+    finally:
+        if not finished:
+            await steps.aclose()
+            await engine.abort(call.request_id)
+
+
+def delta_with_offset(delta: ChoiceDelta, offset: int) -> ChoiceDelta:
+    if offset == 0:
+        return delta
+    return ChoiceDelta(index=delta.index + offset, text=delta.text, token_ids=delta.token_ids,
+                       logprobs=delta.logprobs, finish_reason=delta.finish_reason)
+
+
+@dataclass
+class CollectedChoice:
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[PositionLogprobs] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+async def collect_choices(deltas: AsyncIterator[ChoiceDelta], num_choices: int) -> list[CollectedChoice]:
+    """Joins each choice's deltas into its whole output."""
+    choices = [CollectedChoice() for _ in range(num_choices)]
+    async for d in deltas:
+        c = choices[d.index]
+        c.text += d.text
+        c.token_ids.extend(d.token_ids)
+        c.logprobs.extend(d.logprobs or ())
+        c.finish_reason = d.finish_reason or c.finish_reason
+    return choices

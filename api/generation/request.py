@@ -1,0 +1,132 @@
+"""One generation request from arrival to its last byte: the template every OpenAI generation endpoint uses.
+
+In order: refuse while draining, open the account, resolve `model`, prepare engine calls (prompt and
+output budget), reserve tenant limits, wait for fair admission, bring the adapter in, then run the calls
+and stream or collect. Each step that takes something registers its give-back on the account;
+`closes_on_failure` closes it on anything that escapes, so no step can leak what it took. A streamed
+response hands its account to `framed_stream`, which closes it before the last byte.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from pydantic import BaseModel
+
+from api.auth import Caller
+from api.errors import OpenAIError
+from api.generation.accounting import Accounts, RequestAccount, closes_on_failure
+from api.generation.adapter_loading import AdapterLoader
+from api.generation.admission import EngineAdmission
+from api.generation.fanout import EngineCall, run_calls
+from api.generation.limits import TenantLimits
+from api.generation.resolve import ModelResolver, ServedModel, visibility_of
+from api.generation.sse import framed_stream
+from api.lifecycle import Lifecycle
+from api.observability.tracing import Tracing, traced
+from api.generation.budget import OutputLimit
+from api.tenancy.config import TenancyConfig
+from engine.types import ChoiceDelta, EngineClient
+
+SERVED_MODEL_HEADER = "x-loraplex-model"
+
+
+class GenerationRequest(Protocol):
+    """What the template reads of a parsed request (chat or completions)."""
+
+    model: str
+    stream: bool
+
+    def output_limit(self) -> OutputLimit: ...
+
+
+Req = TypeVar("Req", bound=GenerationRequest)
+
+
+@dataclass
+class Reply:
+    """A response body (an object, or SSE lines) and the headers to send with it."""
+
+    body: BaseModel | AsyncIterator[str]
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The server parts a generation request passes through, in order."""
+
+    engine: EngineClient
+    tenancy: TenancyConfig
+    lifecycle: Lifecycle
+    accounts: Accounts
+    resolver: ModelResolver
+    limits: TenantLimits
+    admission: EngineAdmission
+    loader: AdapterLoader
+    tracing: Tracing
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request made ready for the engine: its calls and the tokens to reserve for them."""
+
+    calls: list[EngineCall]
+
+    @property
+    def reserve_tokens(self) -> int:
+        """Prompt plus output budget of every sequence: what tenant token limits reserve at admission."""
+        return sum(len(c.prompt_token_ids) + c.params.max_tokens * c.params.n for c in self.calls)
+
+
+class GenerationService(ABC, Generic[Req]):
+    """Subclasses only say how a request becomes engine calls and how deltas become response objects."""
+
+    response_prefix = "cmpl"
+
+    def __init__(self, pipeline: Pipeline):
+        self.pipeline = pipeline
+        self.engine = pipeline.engine
+
+    @abstractmethod
+    def prepare(self, req: Req, response_id: str, tenant_cap: int | None) -> list[EngineCall]:
+        """Engine calls of the request; `tenant_cap` is the tenant's output-token cap (None: none)."""
+
+    @abstractmethod
+    def stream_events(self, req: Req, served: ServedModel, response_id: str, created: int, calls: list[EngineCall],
+                      deltas: AsyncIterator[ChoiceDelta], account: RequestAccount) -> AsyncIterator[str]:
+        """SSE lines of the response (without the final [DONE])."""
+
+    @abstractmethod
+    async def collect(self, req: Req, served: ServedModel, response_id: str, created: int, calls: list[EngineCall],
+                      deltas: AsyncIterator[ChoiceDelta], account: RequestAccount) -> BaseModel:
+        """The whole response object."""
+
+    async def create(self, req: Req, caller: Caller, request_id: str) -> Reply:
+        """Resolves, admits and runs the request. The account closes exactly once on every path."""
+        p = self.pipeline
+        if p.lifecycle.draining:
+            raise OpenAIError(503, "The server is shutting down.", code="draining")
+        response_id = f"{self.response_prefix}-{uuid.uuid4().hex}"
+        account = p.accounts.open(request_id or response_id, caller)
+        with closes_on_failure(account):
+            served = p.resolver.resolve(req.model, visibility_of(p.tenancy, caller))
+            account.model, account.version = served.name, served.version
+            prepared = Prepared(self.prepare(req, response_id, p.tenancy.tenant(caller.tenant).limits.max_tokens))
+            p.limits.admit(caller, prepared.reserve_tokens, req.output_limit().param, account)
+            await p.admission.enter(caller, account)
+            adapter = await p.loader.enter(served, account)
+            headers = {SERVED_MODEL_HEADER: served.id, **p.limits.headers(caller)}
+            created = int(time.time())
+            deltas = traced(run_calls(self.engine, adapter, prepared.calls, account), p.tracing, "engine.generate",
+                            model=served.id, tenant=caller.tenant, request_id=account.request_id)
+            if req.stream:
+                events = self.stream_events(req, served, response_id, created, prepared.calls, deltas, account)
+                return Reply(traced(framed_stream(events, account), p.tracing, "stream", model=served.id), headers)
+            response = await self.collect(req, served, response_id, created, prepared.calls, deltas, account)
+        account.close(200)
+        return Reply(response, headers)

@@ -1,0 +1,107 @@
+"""POST /v1/chat/completions: messages through the chat template, deltas to chat chunks."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from api.errors import bad_request
+from api.openai.protocol import (
+    UNSUPPORTED_CHAT_FIELDS,
+    AssistantMessage,
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatLogprobs,
+    ChatTokenLogprob,
+    DeltaMessage,
+    TopLogprob,
+    Usage,
+)
+from api.openai.sampling import build_sampling_params
+from api.generation.accounting import RequestAccount
+from api.generation.fanout import EngineCall, collect_choices
+from api.generation.request import GenerationService
+from api.generation.resolve import ServedModel
+from api.generation.sse import sse
+from api.generation.budget import output_budget
+from engine.types import ChoiceDelta, PositionLogprobs
+
+
+def chat_logprobs(positions: tuple[PositionLogprobs, ...] | None) -> ChatLogprobs | None:
+    if positions is None:
+        return None
+
+    def top(entry) -> TopLogprob:
+        return TopLogprob(token=entry.token, logprob=entry.logprob, bytes=list(entry.token.encode()))
+
+    return ChatLogprobs(content=[
+        ChatTokenLogprob(**top(p.chosen).model_dump(), top_logprobs=[top(t) for t in p.top]) for p in positions
+    ])
+
+
+class ChatService(GenerationService[ChatCompletionRequest]):
+    response_prefix = "chatcmpl"
+
+    def render_prompt(self, req: ChatCompletionRequest) -> list[int]:
+        tokenizer = self.engine.tokenizer()
+        messages = [{"role": m.role, "content": m.text()} for m in req.messages]
+        try:
+            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except Exception as e:  # jinja errors from the model's own template
+            raise bad_request(f"The chat template could not render these messages: {e}", param="messages") from e
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    def prepare(self, req: ChatCompletionRequest, response_id: str, tenant_cap: int | None) -> list[EngineCall]:
+        unsupported = [f for f in UNSUPPORTED_CHAT_FIELDS if (req.model_extra or {}).get(f) is not None]
+        if unsupported:
+            raise bad_request(f"Unsupported parameters: {', '.join(unsupported)}", param=unsupported[0],
+                              code="unsupported_parameter")
+        if req.top_logprobs is not None and not req.logprobs:
+            raise bad_request("top_logprobs requires logprobs to be true", param="top_logprobs")
+        prompt = self.render_prompt(req)
+        max_tokens = output_budget(len(prompt), req.output_limit(), tenant_cap, self.engine.max_model_len, "messages")
+        num_logprobs = (req.top_logprobs or 0) if req.logprobs else None
+        params = build_sampling_params(req, max_tokens, num_logprobs)
+        return [EngineCall(request_id=response_id, prompt_token_ids=prompt, params=params)]
+
+    async def stream_events(self, req: ChatCompletionRequest, served: ServedModel, response_id: str, created: int,
+                            calls: list[EngineCall], deltas: AsyncIterator[ChoiceDelta],
+                            account: RequestAccount) -> AsyncIterator[str]:
+        def chunk(choices, usage=None) -> str:
+            return sse(ChatCompletionChunk(id=response_id, created=created, model=served.id, choices=choices,
+                                           usage=usage))
+
+        yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=""))
+                     for i in range(req.n)])
+        async for d in deltas:
+            yield chunk([ChatChunkChoice(
+                index=d.index,
+                delta=DeltaMessage(content=d.text) if d.text else DeltaMessage(),
+                logprobs=chat_logprobs(d.logprobs),
+                finish_reason=d.finish_reason,
+                token_ids=list(d.token_ids) if req.return_token_ids else None,
+            )])
+        if req.stream_options is not None and req.stream_options.include_usage:
+            yield chunk([], usage=Usage.of(account.prompt_tokens, account.completion_tokens))
+
+    async def collect(self, req: ChatCompletionRequest, served: ServedModel, response_id: str, created: int,
+                      calls: list[EngineCall], deltas: AsyncIterator[ChoiceDelta],
+                      account: RequestAccount) -> ChatCompletionResponse:
+        collected = await collect_choices(deltas, req.n)
+        choices = [
+            ChatChoice(
+                index=i,
+                message=AssistantMessage(content=c.text),
+                logprobs=chat_logprobs(tuple(c.logprobs)) if req.logprobs else None,
+                finish_reason=c.finish_reason,
+                token_ids=c.token_ids if req.return_token_ids else None,
+            )
+            for i, c in enumerate(collected)
+        ]
+        return ChatCompletionResponse(
+            id=response_id, created=created, model=served.id, choices=choices,
+            usage=Usage.of(account.prompt_tokens, account.completion_tokens),
+            prompt_token_ids=calls[0].prompt_token_ids if req.return_token_ids else None,
+        )

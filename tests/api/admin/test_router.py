@@ -1,0 +1,37 @@
+"""The admin API documents its responses in the server's OpenAPI schema, and answers with them."""
+
+from __future__ import annotations
+
+import pytest
+
+
+async def test_openapi_documents_admin_responses(fake_client):
+    schema = (await fake_client.get("/openapi.json")).json()
+    components = schema["components"]["schemas"]
+    for name in ("AdapterList", "AdapterView", "VersionView", "AliasView", "DeletedVersion", "LoadResult",
+                 "EvictResult", "PromoteRequest"):
+        assert name in components, name
+    listing = schema["paths"]["/v1/adapters"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert listing == {"$ref": "#/components/schemas/AdapterList"}
+    assert "resident" in components["VersionView"]["properties"]
+
+
+async def test_empty_registry_lists_nothing(fake_client):
+    response = await fake_client.get("/v1/adapters")
+    assert response.status_code == 200 and response.json() == {"object": "list", "data": []}
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({}, "version"),
+    ({"version": "two"}, "version"),
+    ({"version": 0}, "version"),
+])
+async def test_promote_body_errors_name_the_field(fake_client, body, param):
+    response = await fake_client.post("/v1/adapters/poet/promote", json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == param
+
+
+async def test_rollback_of_an_unknown_adapter_is_404(fake_client):
+    response = await fake_client.post("/v1/adapters/nope/rollback")
+    assert response.status_code == 404 and response.json()["error"]["code"] == "adapter_not_found"

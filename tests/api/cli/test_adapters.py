@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+
+import pytest
+
+from api.cli.adapters import add_adapters_parser, run_adapters
+
+
+@pytest.fixture
+def cli(tmp_path, demo_assets, capsys):
+    """Runs `loraplex adapters ...` against a registry in tmp_path; returns (exit code, stdout, stderr)."""
+    parser = argparse.ArgumentParser(prog="loraplex")
+    add_adapters_parser(parser.add_subparsers(dest="command", required=True))
+    common = ["--store", str(tmp_path / "blobs"), "--index", str(tmp_path / "index.sqlite"),
+              "--base-model", str(demo_assets.model_dir)]
+
+    def run(*argv: str, registry_flags: bool = True):
+        args = parser.parse_args(["adapters", *argv, *(common if registry_flags else [])])
+        code = run_adapters(args)
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
+
+
+@pytest.fixture
+def adapter(tmp_path, demo_assets):
+    copies = []
+
+    def copy(source: str):
+        target = tmp_path / "src" / f"{source}-{len(copies)}"
+        copies.append(target)
+        shutil.copytree(demo_assets.adapter_dirs[source], target)
+        return str(target)
+
+    return copy
+
+
+def test_push_list_show_promote_rollback_delete(cli, adapter):
+    code, out, _ = cli("push", adapter("sql-helper"), "--name", "sql", "--description", "writes SQL")
+    assert code == 0 and "pushed sql@1" in out and "stable -> sql@1" in out
+    code, out, _ = cli("push", adapter("sql-helper"), "--name", "sql")
+    assert code == 0 and "sql@1 already has this content" in out
+    assert cli("push", adapter("support-bot"), "--name", "sql")[0] == 0
+
+    code, out, _ = cli("list", "--json")
+    [entry] = json.loads(out)
+    assert (entry["name"], entry["description"], entry["aliases"]) == ("sql", "writes SQL", {"stable": 2})
+    assert [v["version"] for v in entry["versions"]] == [1, 2]
+    code, out, _ = cli("list")
+    assert code == 0 and out.splitlines()[1].split()[:3] == ["sql", "1,2", "stable=2"]
+
+    code, out, _ = cli("show", "sql@1", "--json")
+    assert json.loads(out)["manifest"]["rank"] == 8
+    code, out, _ = cli("show", "sql")
+    assert code == 0 and out.startswith("sql@2\n") and "rank: 16" in out
+
+    assert cli("promote", "sql@1")[1] == "sql:stable -> sql@1\n"
+    assert cli("promote", "sql@2", "--alias", "canary")[1] == "sql:canary -> sql@2\n"
+    code, _, err = cli("delete", "sql@2")
+    assert code == 2 and err.startswith("error: sql@2 is the target of alias canary")
+    assert cli("rollback", "sql")[1] == "sql:stable -> sql@2\n"
+    assert cli("rollback", "sql", "--alias", "canary")[0] == 2
+    assert cli("delete", "sql@1") == (0, "deleted sql@1\n", "")
+    code, _, err = cli("show", "sql@1")
+    assert code == 2 and err == "error: adapter 'sql@1' not found\n"
+
+
+def test_invalid_push_prints_every_problem(cli, adapter):
+    folder = adapter("sql-helper")
+    config_path = f"{folder}/adapter_config.json"
+    config = json.loads(open(config_path).read())
+    config.update(peft_type="IA3", target_modules=[])
+    open(config_path, "w").write(json.dumps(config))
+    code, out, err = cli("push", folder, "--name", "Bad")
+    lines = err.splitlines()
+    assert code == 2 and out == ""
+    assert lines[0] == "error: adapter 'Bad' is not valid:"
+    assert any("name 'Bad' must match" in line for line in lines)
+    assert any("peft_type must be LORA" in line for line in lines)
+    assert any("target_modules is empty" in line for line in lines)
+    assert all(line.startswith("  - ") for line in lines[1:]) and len(lines) >= 4
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["promote", "sql"], "expected NAME@VERSION"),
+    (["delete", "../x@1"], "must be NAME@VERSION"),
+    (["show", "a/b"], "must match"),
+    (["rollback", "nope"], "adapter 'nope' has no alias 'stable'"),
+])
+def test_bad_references_exit_2(cli, argv, fragment):
+    code, _, err = cli(*argv)
+    assert code == 2 and err.startswith("error: ") and fragment in err
+
+
+def test_rejects_an_unsupported_rank_limit(cli):
+    with pytest.raises(SystemExit):
+        cli("list", "--max-lora-rank", "7")
+
+
+def test_defaults_use_the_data_home_and_demo_model(cli, adapter, tmp_path, demo_home, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    # The demo build is shared with the session; only the registry goes to the new home.
+    (home / "demo-v2").symlink_to(demo_home / "demo-v2")
+    monkeypatch.setenv("LORAPLEX_HOME", str(home))
+    code, out, _ = cli("push", adapter("poet"), "--name", "poet", registry_flags=False)
+    assert code == 0 and "pushed poet@1" in out
+    assert (home / "registry" / "index.sqlite").is_file()
+    assert (home / "registry" / "blobs" / "poet" / "1" / "adapter_model.safetensors").is_file()

@@ -1,0 +1,53 @@
+"""The account of one request: closed once, whatever escapes, with the status that matches what escaped."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from api.errors import OpenAIError
+from api.generation.accounting import OutcomeSink, RequestAccount, closes_on_failure, failure_status
+
+
+@pytest.mark.parametrize(("error", "status"), [
+    (OpenAIError(404, "nope"), 404),
+    (OpenAIError(429, "slow down"), 429),
+    (asyncio.CancelledError(), 499),
+    (RuntimeError("a bug"), 500),
+    (UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed"), 500),
+    (KeyboardInterrupt(), 500),
+])
+def test_failure_status(error, status):
+    assert failure_status(error) == status
+
+
+def account() -> tuple[RequestAccount, list]:
+    recorded = []
+    acc = RequestAccount(OutcomeSink([lambda outcome, finish: recorded.append((outcome.status, finish))]), "r1")
+    acc.cleanups.append(lambda a: recorded.append("cleanup"))
+    return acc, recorded
+
+
+@pytest.mark.parametrize(("error", "status", "finish"), [
+    (OpenAIError(400, "bad"), 400, "error"),
+    (asyncio.CancelledError(), 499, "aborted"),
+    (TypeError("unexpected"), 500, "error"),
+])
+def test_anything_that_escapes_closes_the_account_once(error, status, finish):
+    acc, recorded = account()
+    with pytest.raises(type(error)):
+        with closes_on_failure(acc):
+            raise error
+    assert recorded == ["cleanup", (status, finish)]
+    assert acc.close(200) is None  # already closed: nothing runs twice
+    assert recorded == ["cleanup", (status, finish)]
+
+
+def test_a_block_that_ends_normally_leaves_the_account_open():
+    acc, recorded = account()
+    with closes_on_failure(acc):
+        pass
+    assert recorded == [] and not acc.closed
+    acc.close(200)
+    assert recorded == ["cleanup", (200, "completed")]

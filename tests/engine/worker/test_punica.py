@@ -1,0 +1,91 @@
+"""The grouped punica wrapper and its installation: vLLM's CPU LoRA ops replaced by the grouped ones."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from vllm.lora.punica_wrapper import punica_cpu
+
+from engine.worker import punica
+from engine.worker.batch_plan import plan_batch
+from engine.worker.punica import make_grouped_wrapper
+from tests.engine.worker.reference import reference_lora
+
+
+def _wrapper_with(indices: torch.Tensor):
+    cls = make_grouped_wrapper(punica_cpu.PunicaWrapperCPU)
+    wrapper = object.__new__(cls)
+    wrapper._plan, wrapper._num_tokens = plan_batch(indices), indices.numel()
+    return wrapper
+
+
+def test_wrapper_add_lora_linear_matches_reference_for_merged_slices():
+    """q/k/v as three slices of one merged output, as vLLM's QKV LoRA layer calls it."""
+    g = torch.Generator().manual_seed(7)
+    indices = torch.tensor([0, -1, 1, 1, 0])
+    x = torch.randn(5, 32, generator=g)
+    slices = (16, 8, 8)
+    lora_a = tuple(torch.randn(2, 1, 4, 32, generator=g) for _ in slices)
+    lora_b = tuple(torch.randn(2, 1, n, 4, generator=g) for n in slices)
+    y = torch.randn(5, sum(slices), generator=g)
+    expected = y.clone()
+    offset = 0
+    for a, b, n in zip(lora_a, lora_b, slices):
+        expected[:, offset:offset + n] += reference_lora(x, a, b, indices, 1.0)
+        offset += n
+    _wrapper_with(indices).add_lora_linear(y, x, lora_a, lora_b, 1.0, slices)
+    torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_wrapper_refuses_mismatched_rows():
+    wrapper = _wrapper_with(torch.tensor([0, 1]))
+    with pytest.raises(RuntimeError, match="LORAPLEX_LORA_KERNELS=stock"):
+        wrapper.add_shrink(torch.zeros(1, 3, 4), torch.randn(3, 8), (torch.randn(2, 1, 4, 8),), 1.0)
+
+
+def test_unverified_vllm_version_fails_loudly(monkeypatch):
+    import vllm
+
+    monkeypatch.setattr(vllm, "__version__", "0.99.0")
+    monkeypatch.delenv(punica.ENV_SWITCH, raising=False)
+    with pytest.raises(RuntimeError, match="verified for vLLM"):
+        punica.install()
+
+
+def test_stock_switch_installs_nothing(monkeypatch):
+    monkeypatch.setenv(punica.ENV_SWITCH, "stock")
+    assert punica.install() is False
+    monkeypatch.setenv(punica.ENV_SWITCH, "fast")
+    with pytest.raises(ValueError):
+        punica.install()
+
+
+def test_wrapper_add_lora_logits_groups_by_sequence_and_handles_padding():
+    g = torch.Generator().manual_seed(3)
+    sampler = torch.tensor([1, -1, 0])
+    wrapper = _wrapper_with(torch.tensor([1, 1, -1, 0]))
+    wrapper._sampler_plan = plan_batch(sampler)
+    x = torch.randn(3, 16, generator=g)
+    lora_a = torch.randn(2, 1, 4, 16, generator=g)
+    lora_b = torch.randn(2, 1, 24, 4, generator=g)  # 24 rows: vocabulary padded past the 20 logits
+    y = torch.randn(3, 20, generator=g)
+    expected = y + reference_lora(x, lora_a, lora_b, sampler, 0.5)[:, :20]
+    wrapper.add_lora_logits(y, x, lora_a, lora_b, 0.5)
+    torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_wrapper_add_lora_logits_without_adapters_does_nothing():
+    wrapper = _wrapper_with(torch.tensor([-1, -1]))
+    wrapper._sampler_plan = plan_batch(torch.tensor([-1, -1]))
+    y = torch.randn(2, 8)
+    before = y.clone()
+    wrapper.add_lora_logits(y, torch.randn(2, 4), torch.randn(1, 1, 2, 4), torch.randn(1, 1, 8, 2), 1.0)
+    assert torch.equal(y, before)
+
+
+def test_wrapper_add_lora_linear_without_adapters_leaves_output_alone():
+    wrapper = _wrapper_with(torch.tensor([-1, -1, -1]))
+    y = torch.randn(3, 8)
+    before = y.clone()
+    wrapper.add_lora_linear(y, torch.randn(3, 4), (torch.randn(1, 1, 2, 4),), (torch.randn(1, 1, 8, 2),), 1.0, (8,))
+    assert torch.equal(y, before)
