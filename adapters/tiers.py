@@ -89,7 +89,7 @@ class AdapterTiers:
         self._cpu: OrderedDict[int, LocatedAdapter] = OrderedDict()  # by engine adapter id, LRU first
         self._slots: OrderedDict[str, str] = OrderedDict()  # engine name -> label, LRU first
         self._in_use: Counter[int] = Counter()
-        self._loading: dict[int, asyncio.Future] = {}
+        self._loading: dict[int, asyncio.Future[tuple[LocatedAdapter, str]]] = {}
         self._engine_lock = asyncio.Lock()
 
     def is_pinned(self, manifest: Manifest) -> bool:
@@ -123,17 +123,17 @@ class AdapterTiers:
         self._events.cache_miss(label, TIER_CPU)
         pending = self._loading.get(adapter_id)
         if pending is None:
-            pending = asyncio.get_running_loop().create_future()
+            # A task of its own, awaited through a shield: a requester that goes away (its client disconnected)
+            # is cancelled alone, the load goes on for every other waiter.
+            pending = asyncio.ensure_future(self._load(manifest, adapter_id))
             self._loading[adapter_id] = pending
-            try:
-                pending.set_result(await self._load(manifest, adapter_id))
-            except BaseException as e:
-                pending.set_exception(e)
-                pending.exception()  # retrieved here, so a failed load with no other waiter is not logged twice
-                raise
-            finally:
-                del self._loading[adapter_id]
+            pending.add_done_callback(lambda done: self._load_done(adapter_id, done))
         return await asyncio.shield(pending)
+
+    def _load_done(self, adapter_id: int, done: asyncio.Future) -> None:
+        self._loading.pop(adapter_id, None)
+        if not done.cancelled():
+            done.exception()  # retrieved here, so a failed load nobody awaits any more is not logged as lost
 
     async def _load(self, manifest: Manifest, adapter_id: int) -> tuple[LocatedAdapter, str]:
         # The engine may re-read the folder whenever it reloads the adapter, so the folder stays on disk

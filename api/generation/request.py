@@ -50,10 +50,12 @@ Req = TypeVar("Req", bound=GenerationRequest)
 
 @dataclass
 class Reply:
-    """A response body (an object, or SSE lines) and the headers to send with it."""
+    """A response body (an object, or SSE lines) and the headers to send with it. A streamed body comes with
+    its still-open account: whoever sends it closes the account if the stream never runs to its end."""
 
     body: BaseModel | AsyncIterator[str]
     headers: dict[str, str]
+    stream_account: RequestAccount | None = None
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,8 @@ class GenerationService(ABC, Generic[Req]):
                             model=served.id, tenant=caller.tenant, request_id=account.request_id)
             if req.stream:
                 events = self.stream_events(req, served, response_id, created, prepared.calls, deltas, account)
-                return Reply(traced(framed_stream(events, account), p.tracing, "stream", model=served.id), headers)
+                stream = traced(framed_stream(events, account), p.tracing, "stream", model=served.id)
+                return Reply(stream, headers, stream_account=account)
             response = await self.collect(req, served, response_id, created, prepared.calls, deltas, account)
         account.close(200)
         return Reply(response, headers)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 
 from pydantic import BaseModel
@@ -10,6 +11,8 @@ from pydantic import BaseModel
 from api.errors import OpenAIError
 from api.generation.accounting import RequestAccount
 from api.observability.outcome import STATUS_CLIENT_CLOSED
+
+logger = logging.getLogger(__name__)
 
 SSE_DONE = "data: [DONE]\n\n"
 
@@ -24,7 +27,7 @@ async def framed_stream(events: AsyncIterator[str], account: RequestAccount) -> 
 
     The account closes (and the usage ledger commits) before [DONE], the response's last bytes.
     """
-    status = STATUS_CLIENT_CLOSED
+    status = STATUS_CLIENT_CLOSED  # unless the stream ends otherwise: the client went away
     try:
         try:
             async for line in events:
@@ -33,6 +36,10 @@ async def framed_stream(events: AsyncIterator[str], account: RequestAccount) -> 
         except OpenAIError as e:
             status = e.status
             yield sse(e.body())
+        except Exception as e:  # a bug mid-stream: the client gets an error event, the request its record
+            logger.exception("stream of request %s failed", account.request_id)
+            status = 500
+            yield sse(OpenAIError(500, "Internal server error.", code="internal_error").body())
     finally:
         account.close(status)
     yield SSE_DONE

@@ -8,6 +8,7 @@ from collections.abc import Awaitable
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
+from starlette.types import Receive, Scope, Send
 
 from api.auth import Caller
 from api.body import Body, parse_body
@@ -41,13 +42,29 @@ async def _until_disconnect(request: Request, work: Awaitable[Reply]) -> Reply |
     return Response(status_code=STATUS_CLIENT_CLOSED)
 
 
+class AccountedStream(StreamingResponse):
+    """An SSE response that closes its request's account however sending ends, even when the client left
+    before the first byte and the stream never started (its own close would then never run)."""
+
+    def __init__(self, reply: Reply):
+        super().__init__(reply.body, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **reply.headers})
+        self.account = reply.stream_account
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if self.account is not None:
+                self.account.close(STATUS_CLIENT_CLOSED)  # does nothing when the stream closed it
+
+
 def _respond(reply: Reply | Response) -> Response:
     if isinstance(reply, Response):
         return reply
     if isinstance(reply.body, BaseModel):
         return JSONResponse(reply.body.model_dump(exclude_none=False), headers=reply.headers)
-    return StreamingResponse(reply.body, media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **reply.headers})
+    return AccountedStream(reply)
 
 
 def caller_of(request: Request) -> Caller:

@@ -25,6 +25,8 @@ class Engine:
         self.cpu: set[int] = set()
         self.loads: list[str] = []
         self.delay = 0.0
+        self.fail = False
+        self.attempts = 0
 
     def adapter_id(self, identity: AdapterIdentity) -> int:
         return hash((identity.name, identity.content_hash)) & 0xFFFFFF
@@ -33,7 +35,10 @@ class Engine:
         return f"{identity.name}#{identity.content_hash[:16]}"
 
     async def load_adapter(self, adapter: LocatedAdapter) -> None:
+        self.attempts += 1
         await asyncio.sleep(self.delay)
+        if self.fail:
+            raise RuntimeError("injected load failure")
         self.loads.append(adapter.identity.name)
         self.cpu.add(self.adapter_id(adapter.identity))
 
@@ -106,6 +111,30 @@ async def test_single_flight_load():
     results = await asyncio.gather(*(t.acquire(manifest("a")) for _ in range(5)))
     assert engine.loads == ["a"]
     assert {r.adapter.identity.name for r in results} == {"a"}
+
+
+async def test_a_cancelled_first_requester_does_not_fail_the_others():
+    """The first requester starts the load; its client goes away mid-load. The load goes on for the rest."""
+    t, engine, disk, events = tiers()
+    engine.delay = 0.05
+    first = asyncio.ensure_future(t.acquire(manifest("a")))
+    await asyncio.sleep(0.01)  # the load is under way
+    others = [asyncio.ensure_future(t.acquire(manifest("a"))) for _ in range(3)]
+    await asyncio.sleep(0)
+    first.cancel()
+    results = await asyncio.gather(*others)
+    assert first.cancelled()
+    assert engine.loads == ["a"] and all(r.found_in == "store" for r in results)
+    assert (await t.acquire(manifest("a"))).found_in == "cpu"
+
+
+async def test_a_failed_load_fails_every_waiter_and_the_next_request_retries():
+    t, engine, disk, events = tiers()
+    engine.delay, engine.fail = 0.02, True
+    outcomes = await asyncio.gather(*(t.acquire(manifest("a")) for _ in range(3)), return_exceptions=True)
+    assert all(isinstance(o, RuntimeError) for o in outcomes) and engine.attempts == 1
+    engine.fail = False
+    assert (await t.acquire(manifest("a"))).found_in == "disk" and engine.attempts == 2
 
 
 async def test_new_version_is_a_different_adapter():

@@ -27,6 +27,7 @@ class FakeEngine:
         self._tokenizer = tokenizer
         self.alive = True
         self.fail_after: int | None = None
+        self.fail_with: BaseException | None = None  # raised at `fail_after`; default an EngineError
         self.tokens_per_request = 4
         self.step_delay = 0.0
         self.hold: threading.Event | None = None
@@ -47,7 +48,7 @@ class FakeEngine:
         count = min(self.tokens_per_request, params.max_tokens)
         for step in range(count):
             if self.fail_after is not None and step >= self.fail_after:
-                raise EngineError("injected failure")
+                raise self.fail_with or EngineError("injected failure")
             await asyncio.sleep(self.step_delay)
             while step == 1 and self.hold is not None and not self.hold.is_set():
                 await asyncio.sleep(0.01)
