@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.errors import OpenAIError, from_http_status, from_validation_error
-from api.middleware import RequestIdMiddleware
+from api.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from api.openai.router import router
 from api.admin.router import admin_router
 from api.ops.router import ops_router
@@ -69,5 +69,7 @@ def create_app(server: Server) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(Exception, _on_unexpected)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=server.input_limits.max_body_bytes,
+                       upload_path=admin_router.prefix, max_upload_bytes=server.options.max_upload_bytes)
     app.add_middleware(RequestIdMiddleware)
     return app

@@ -15,6 +15,9 @@ import time
 from types import FrameType
 
 import uvicorn
+from starlette.types import ASGIApp
+
+from api.input_limits import InputLimits
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +54,15 @@ class Lifecycle:
             return True
         except asyncio.TimeoutError:
             return False
+
+
+def http_config(app: ASGIApp, limits: InputLimits, host: str = "127.0.0.1", port: int = 8000,
+                log_level: str = "info", graceful_timeout_s: float = 5.0) -> uvicorn.Config:
+    """uvicorn's settings for the server. h11, not httptools: h11 bounds the request line and headers
+    (`max_header_bytes`; httptools accepted a 20 MB header); a larger request gets a 400 and is closed."""
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, http="h11",
+                          h11_max_incomplete_event_size=limits.max_header_bytes,
+                          timeout_graceful_shutdown=graceful_timeout_s)
 
 
 class DrainingServer(uvicorn.Server):

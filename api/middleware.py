@@ -1,11 +1,14 @@
-"""Plain ASGI middleware: every response carries an X-Request-Id, echoed when valid, else generated."""
+"""Plain ASGI middleware: request ids, and the request body size limit."""
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.errors import OpenAIError
 
 HEADER = b"x-request-id"
 _VALID = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")
@@ -35,3 +38,50 @@ class RequestIdMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_id)
+
+
+class BodyLimitMiddleware:
+    """A body over its limit gets a 413 before the app reads it whole: the declared Content-Length is
+    checked first, and the bytes actually received are counted (a chunked body declares none). POST
+    `upload_path` (adapter archives) has its own, larger limit."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int, upload_path: str, max_upload_bytes: int):
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.upload_path = upload_path
+        self.max_upload_bytes = max_upload_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        upload = scope["method"] == "POST" and scope["path"] == self.upload_path
+        limit = self.max_upload_bytes if upload else self.max_body_bytes
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > limit:
+            await _too_large(limit, send)
+            return
+        received = 0
+
+        async def counting_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise body_too_large(limit)  # the app's OpenAIError handler answers it
+            return message
+
+        await self.app(scope, counting_receive, send)
+
+
+def body_too_large(limit: int) -> OpenAIError:
+    return OpenAIError(413, f"The request body is larger than {limit} bytes.", code="request_too_large")
+
+
+async def _too_large(limit: int, send: Send) -> None:
+    body = json.dumps(body_too_large(limit).body()).encode()
+    await send({"type": "http.response.start", "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})

@@ -18,6 +18,7 @@ from adapters.registry import Registry
 from adapters.tiers import TIER_DISK, AdapterTiers
 from api.admin.serving import AdminService
 from api.auth import Authenticator
+from api.input_limits import InputLimits
 from api.generation.accounting import Accounts, OutcomeSink
 from api.generation.adapter_loading import AdapterLoader
 from api.generation.admission import EngineAdmission
@@ -85,6 +86,7 @@ class Server:
     lifecycle: Lifecycle
     pipeline: Pipeline
     catalog: ModelCatalog
+    input_limits: InputLimits
     pins: tuple[str, ...] = ()
     chat: ChatService = field(init=False)
     completion: CompletionService = field(init=False)
@@ -133,7 +135,7 @@ class TierSizes:
 
 def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfig, options: ServingOptions,
                  tiers_sizes: TierSizes | None, pins: tuple[str, ...] = (), max_running: int | None = None,
-                 tracing: Tracing | None = None) -> Server:
+                 tracing: Tracing | None = None, input_limits: InputLimits = InputLimits()) -> Server:
     """`tiers_sizes` None: no adapter tiers (the fake engine of HTTP-layer tests). `max_running` is the
     engine's batch size, used unless the tenants file sets its own admission size. `tracing` replaces the
     one `options.otlp_endpoint` describes (tests pass an in-memory exporter)."""
@@ -170,11 +172,12 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
         accounts=Accounts(sink, tenancy, PriceTable(tenancy), meter, metrics.in_flight, lifecycle),
         resolver=resolver, limits=TenantLimits(_limiters(tenancy, ledger)),
         admission=EngineAdmission(tenancy, queue, tracing), loader=AdapterLoader(tiers, tracing), tracing=tracing,
+        input_limits=input_limits,
     )
     return Server(
         engine=engine, registry=registry, tenancy=tenancy, options=options, auth=Authenticator(tenancy),
         metrics=metrics, ledger=ledger, tiers=tiers, disk=disk, meter=meter, tracing=tracing, lifecycle=lifecycle,
-        pipeline=pipeline, catalog=ModelCatalog(resolver), pins=pins,
+        pipeline=pipeline, catalog=ModelCatalog(resolver), input_limits=input_limits, pins=pins,
     )
 
 

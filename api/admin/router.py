@@ -51,7 +51,7 @@ async def publish_adapter(request: Request, admin: AdminService = Admin) -> Vers
         if not name:
             raise bad_request("?name= is required with an archive upload.", param="name")
         return await admin.upload(await request.body(), name, request.query_params.get("description", ""))
-    body = await parse_body(request, RegisterRequest)
+    body = await parse_body(request, RegisterRequest, request.app.state.server.input_limits.max_json_depth)
     return await admin.register(body.source, body.name, body.description)
 
 

@@ -15,6 +15,8 @@ from adapters.home import data_home
 from adapters.registry import Registry, RegistryConfig
 from adapters.validation import AdapterValidationError
 from api.cli.flags import add_config_arguments, config_from_args
+from api.input_limits import InputLimits
+from api.lifecycle import DrainingServer, http_config
 from api.server import ServingOptions, TierSizes, build_server
 from api.tenancy.config import ConfigError, TenancyConfig, load_tenancy_config
 from engine.config import EngineConfig
@@ -49,6 +51,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     add_config_arguments(serve, EngineConfig, skip={"model"})
     add_config_arguments(serve, RegistryConfig, skip=set())
     add_config_arguments(serve, ServingOptions, skip=set())
+    add_config_arguments(serve, InputLimits, skip=set())
 
 
 def parse_adapter_flag(value: str) -> tuple[str, Path]:
@@ -87,10 +90,7 @@ def _tenancy(path: str | None) -> TenancyConfig:
 
 def serve(args: argparse.Namespace) -> None:
     # vLLM and uvicorn load here, not at import: `loraplex adapters ...` and `keys ...` start without them.
-    import uvicorn
-
     from api.app import create_app
-    from api.lifecycle import DrainingServer
     from engine.async_engine import LoraplexEngine
 
     try:
@@ -107,6 +107,7 @@ def serve(args: argparse.Namespace) -> None:
         engine_config = config_from_args(EngineConfig, args, model=model)
         registry_config = config_from_args(RegistryConfig, args)
         options = config_from_args(ServingOptions, args)
+        input_limits = config_from_args(InputLimits, args)
     except ValidationError as e:
         raise SystemExit(f"invalid configuration:\n{e}") from e
     if not Path(model).is_dir():
@@ -127,9 +128,9 @@ def serve(args: argparse.Namespace) -> None:
     sizes = TierSizes(engine_config.max_loras, engine_config.max_cpu_loras,
                       registry_config.resolved_disk_cache_dir(), registry_config.disk_cache_bytes)
     server = build_server(engine, registry, tenancy, options, sizes, tuple(args.pin),
-                          max_running=engine_config.max_num_seqs)
+                          max_running=engine_config.max_num_seqs, input_limits=input_limits)
     print(f"[loraplex] serving {engine.model_id}; registry {registry_config.resolved_store_uri()}; "
           f"published at start: {', '.join(published) or '(none)'}", file=sys.stderr, flush=True)
-    config = uvicorn.Config(create_app(server), host=server_config.host, port=server_config.port,
-                            log_level=server_config.log_level, timeout_graceful_shutdown=5)
+    config = http_config(create_app(server), input_limits, server_config.host, server_config.port,
+                         server_config.log_level)
     DrainingServer(config, server.lifecycle, options.drain_timeout_s).run()

@@ -9,10 +9,12 @@ response hands its account to `framed_stream`, which closes it before the last b
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -20,6 +22,7 @@ from pydantic import BaseModel
 
 from api.auth import Caller
 from api.errors import OpenAIError
+from api.input_limits import InputLimits
 from api.generation.accounting import Accounts, RequestAccount, closes_on_failure
 from api.generation.adapter_loading import AdapterLoader
 from api.generation.admission import EngineAdmission
@@ -46,6 +49,9 @@ class GenerationRequest(Protocol):
 
 
 Req = TypeVar("Req", bound=GenerationRequest)
+T = TypeVar("T")
+# Inputs longer than this (characters) are tokenized in a worker thread.
+TOKENIZE_OFF_LOOP_CHARS = 16 * 1024
 
 
 @dataclass
@@ -71,6 +77,7 @@ class Pipeline:
     admission: EngineAdmission
     loader: AdapterLoader
     tracing: Tracing
+    input_limits: InputLimits
 
 
 @dataclass(frozen=True)
@@ -93,10 +100,24 @@ class GenerationService(ABC, Generic[Req]):
     def __init__(self, pipeline: Pipeline):
         self.pipeline = pipeline
         self.engine = pipeline.engine
+        # Hugging Face fast tokenizers are not safe to call from two threads at once.
+        self._tokenizer_lock = threading.Lock()
 
     @abstractmethod
-    def prepare(self, req: Req, response_id: str, tenant_cap: int | None) -> list[EngineCall]:
+    async def prepare(self, req: Req, response_id: str, tenant_cap: int | None) -> list[EngineCall]:
         """Engine calls of the request; `tenant_cap` is the tenant's output-token cap (None: none)."""
+
+    async def tokenize(self, work: Callable[[], T], chars: int) -> T:
+        """Runs `work` (tokenizer calls) under the tokenizer lock; in a worker thread when the input is large,
+        so that other streams keep flowing while it runs."""
+
+        def locked() -> T:
+            with self._tokenizer_lock:
+                return work()
+
+        if chars > TOKENIZE_OFF_LOOP_CHARS:
+            return await asyncio.to_thread(locked)
+        return locked()
 
     @abstractmethod
     def stream_events(self, req: Req, served: ServedModel, response_id: str, created: int, calls: list[EngineCall],
@@ -118,7 +139,8 @@ class GenerationService(ABC, Generic[Req]):
         with closes_on_failure(account):
             served = p.resolver.resolve(req.model, visibility_of(p.tenancy, caller))
             account.model, account.version = served.name, served.version
-            prepared = Prepared(self.prepare(req, response_id, p.tenancy.tenant(caller.tenant).limits.max_tokens))
+            tenant_cap = p.tenancy.tenant(caller.tenant).limits.max_tokens
+            prepared = Prepared(await self.prepare(req, response_id, tenant_cap))
             p.limits.admit(caller, prepared.reserve_tokens, req.output_limit().param, account)
             await p.admission.enter(caller, account)
             adapter = await p.loader.enter(served, account)

@@ -36,7 +36,7 @@ async def framed_stream(events: AsyncIterator[str], account: RequestAccount) -> 
         except OpenAIError as e:
             status = e.status
             yield sse(e.body())
-        except Exception as e:  # a bug mid-stream: the client gets an error event, the request its record
+        except Exception:  # a bug mid-stream: the client gets an error event, the request its record
             logger.exception("stream of request %s failed", account.request_id)
             status = 500
             yield sse(OpenAIError(500, "Internal server error.", code="internal_error").body())

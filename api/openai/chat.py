@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from api.errors import bad_request
+from api.input_limits import check_request_size
 from api.openai.protocol import (
     UNSUPPORTED_CHAT_FIELDS,
     AssistantMessage,
@@ -44,23 +45,24 @@ def chat_logprobs(positions: tuple[PositionLogprobs, ...] | None) -> ChatLogprob
 class ChatService(GenerationService[ChatCompletionRequest]):
     response_prefix = "chatcmpl"
 
-    def render_prompt(self, req: ChatCompletionRequest) -> list[int]:
+    def render_prompt(self, messages: list[dict[str, str]]) -> list[int]:
         tokenizer = self.engine.tokenizer()
-        messages = [{"role": m.role, "content": m.text()} for m in req.messages]
         try:
             text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         except Exception as e:  # jinja errors from the model's own template
             raise bad_request(f"The chat template could not render these messages: {e}", param="messages") from e
         return tokenizer.encode(text, add_special_tokens=False)
 
-    def prepare(self, req: ChatCompletionRequest, response_id: str, tenant_cap: int | None) -> list[EngineCall]:
+    async def prepare(self, req: ChatCompletionRequest, response_id: str, tenant_cap: int | None) -> list[EngineCall]:
+        check_request_size(self.pipeline.input_limits, prompts=1, n=req.n, stop=req.stop, messages=len(req.messages))
         unsupported = [f for f in UNSUPPORTED_CHAT_FIELDS if (req.model_extra or {}).get(f) is not None]
         if unsupported:
             raise bad_request(f"Unsupported parameters: {', '.join(unsupported)}", param=unsupported[0],
                               code="unsupported_parameter")
         if req.top_logprobs is not None and not req.logprobs:
             raise bad_request("top_logprobs requires logprobs to be true", param="top_logprobs")
-        prompt = self.render_prompt(req)
+        messages = [{"role": m.role, "content": m.text()} for m in req.messages]
+        prompt = await self.tokenize(lambda: self.render_prompt(messages), sum(len(m["content"]) for m in messages))
         max_tokens = output_budget(len(prompt), req.output_limit(), tenant_cap, self.engine.max_model_len, "messages")
         num_logprobs = (req.top_logprobs or 0) if req.logprobs else None
         params = build_sampling_params(req, max_tokens, num_logprobs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from api.errors import bad_request
+from api.input_limits import check_request_size
 from api.openai.protocol import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, Usage
 from api.openai.sampling import build_sampling_params
 from api.generation.accounting import RequestAccount
@@ -50,8 +51,12 @@ class CompletionService(GenerationService[CompletionRequest]):
                                   param="prompt" if len(batch) == 1 else f"prompt[{i}]")
         return batch
 
-    def prepare(self, req: CompletionRequest, response_id: str, tenant_cap: int | None) -> list[EngineCall]:
-        prompts = self.prompts(req)
+    async def prepare(self, req: CompletionRequest, response_id: str, tenant_cap: int | None) -> list[EngineCall]:
+        p = req.prompt
+        count = 1 if isinstance(p, str) or all(isinstance(x, int) for x in p) else len(p)
+        check_request_size(self.pipeline.input_limits, prompts=count, n=req.n, stop=req.stop)
+        chars = len(p) if isinstance(p, str) else sum(len(x) for x in p if isinstance(x, str))
+        prompts = await self.tokenize(lambda: self.prompts(req), chars)
         calls = []
         for i, ids in enumerate(prompts):
             param = "prompt" if len(prompts) == 1 else f"prompt[{i}]"

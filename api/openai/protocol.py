@@ -13,6 +13,8 @@ MAX_N = 16
 MAX_STOP = 4
 MAX_TOP_LOGPROBS = 20
 MAX_COMPLETION_LOGPROBS = 5
+# Token counts beyond this overflow the engine's 32-bit integers; no context is that long.
+MAX_INT32 = 2**31 - 1
 
 
 class StreamOptions(BaseModel):
@@ -26,7 +28,7 @@ class SamplingFields(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: str = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_INT32)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
@@ -39,8 +41,8 @@ class SamplingFields(BaseModel):
     stream_options: StreamOptions | None = None
     # vLLM extensions
     ignore_eos: bool = False
-    min_tokens: int = Field(default=0, ge=0)
-    top_k: int | None = Field(default=None, ge=-1)
+    min_tokens: int = Field(default=0, ge=0, le=MAX_INT32)
+    top_k: int | None = Field(default=None, ge=-1, le=MAX_INT32)
     repetition_penalty: float | None = Field(default=None, gt=0.0, le=2.0)
     return_token_ids: bool = Field(default=False, description="Also return prompt and output token ids.")
 
@@ -74,7 +76,7 @@ UNSUPPORTED_CHAT_FIELDS = ("tools", "functions", "tool_choice", "function_call",
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_INT32)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
 

@@ -92,7 +92,7 @@ async def _generate(request: Request, body_cls: type[Body], service: GenerationS
     caller = None
     try:
         caller = caller_of(request)
-        body = await parse_body(request, body_cls)
+        body = await parse_body(request, body_cls, server.input_limits.max_json_depth)
     except OpenAIError as e:
         server.metrics.observe_rejected(e.status, tenant=caller.tenant if caller else UNKNOWN)
         raise
