@@ -145,7 +145,8 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
     if "max_running" in tenancy.admission.model_fields_set or max_running is None:
         max_running = tenancy.admission.max_running
     queue = FairAdmission(max_running, tenancy.admission.max_queued,
-                          reserve_window_s=tenancy.admission.reserve_window_s)
+                          reserve_window_s=tenancy.admission.reserve_window_s,
+                          max_queued_per_tenant=tenancy.admission.max_queued_per_tenant)
     tiers = disk = None
     if tiers_sizes is not None:
         disk = AdapterDiskCache(tiers_sizes.disk_dir, tiers_sizes.disk_bytes, registry.store,

@@ -16,11 +16,11 @@ class EngineAdmission:
         self.queue = queue
         self.tracing = tracing
 
-    async def enter(self, caller: Caller, account: RequestAccount) -> None:
-        """Returns once the request holds a slot (503 with Retry-After when the queue is full)."""
+    async def enter(self, caller: Caller, sequences: int, account: RequestAccount) -> None:
+        """Returns once the request holds a slot per sequence (503 with Retry-After when the queue is full)."""
         with self.tracing.span("admission", tenant=caller.tenant):
             try:
-                ticket = await self.queue.acquire(caller.tenant, self.tenancy.weight_of(caller.tenant))
+                ticket = await self.queue.acquire(caller.tenant, self.tenancy.weight_of(caller.tenant), sequences)
             except QueueFull as e:
                 raise overloaded("The server's admission queue is full; retry later.", e.retry_after_s) from e
         account.queue_seconds = ticket.queue_seconds

@@ -91,6 +91,11 @@ class Prepared:
         """Prompt plus output budget of every sequence: what tenant token limits reserve at admission."""
         return sum(len(c.prompt_token_ids) + c.params.max_tokens * c.params.n for c in self.calls)
 
+    @property
+    def sequences(self) -> int:
+        """What the engine runs: prompts x n. Admission and `max_concurrent` count these, not requests."""
+        return sum(c.params.n for c in self.calls)
+
 
 class GenerationService(ABC, Generic[Req]):
     """Subclasses only say how a request becomes engine calls and how deltas become response objects."""
@@ -141,8 +146,8 @@ class GenerationService(ABC, Generic[Req]):
             account.model, account.version = served.name, served.version
             tenant_cap = p.tenancy.tenant(caller.tenant).limits.max_tokens
             prepared = Prepared(await self.prepare(req, response_id, tenant_cap))
-            p.limits.admit(caller, prepared.reserve_tokens, req.output_limit().param, account)
-            await p.admission.enter(caller, account)
+            p.limits.admit(caller, prepared.reserve_tokens, prepared.sequences, req.output_limit().param, account)
+            await p.admission.enter(caller, prepared.sequences, account)
             adapter = await p.loader.enter(served, account)
             headers = {SERVED_MODEL_HEADER: served.id, **p.limits.headers(caller)}
             created = int(time.time())

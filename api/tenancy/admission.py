@@ -95,6 +95,16 @@ class FairQueue(Generic[T]):
         self._virtual_time = max(self._virtual_time, best.tag)
         return best.tenant, best.item
 
+    def peek_first(self, eligible: Callable[[str], bool]) -> tuple[str, T] | None:
+        """What `pop_first(eligible)` would return, left in the queue."""
+        best: _Entry[T] | None = None
+        for tenant, fifo in self._fifos.items():
+            while fifo and not fifo[0].live:
+                fifo.popleft()
+            if fifo and (best is None or fifo[0] < best) and eligible(tenant):
+                best = fifo[0]
+        return (best.tenant, best.item) if best is not None else None
+
     def remove(self, entry: _Entry[T]) -> bool:
         """Drop a waiting item; False if it already left. Its FIFO place is reclaimed lazily by `pop_first`."""
         if not entry.live:
@@ -119,9 +129,10 @@ class QueueFull(Exception):
 
 @dataclass
 class Ticket:
-    """One engine slot, held from grant to `FairAdmission.release`."""
+    """Engine slots (one per sequence), held from grant to `FairAdmission.release`."""
 
     tenant: str
+    slots: int = 1
     queue_seconds: float = 0.0
     granted_at: float = 0.0
     released: bool = False
@@ -138,7 +149,9 @@ class AdmissionStats:
 
 
 class FairAdmission:
-    """At most `max_running` requests hold a slot; up to `max_queued` wait in fair order; more are refused.
+    """At most `max_running` slots are held; up to `max_queued` requests wait in fair order (at most
+    `max_queued_per_tenant` of one tenant); more are refused. A request takes one slot per sequence it runs
+    (capped at `max_running`, so any request can start on an idle engine).
 
     Fair shares are `max_running` split by weight among the tenants with requests running or waiting. A tenant
     under its share may take any free slot. A tenant at or over it borrows a free slot only if enough stay free
@@ -156,12 +169,13 @@ class FairAdmission:
     _HOLD_SMOOTHING = 0.2
 
     def __init__(self, max_running: int, max_queued: int, clock: Callable[[], float] = time.monotonic,
-                 reserve_window_s: float = 0.0):
+                 reserve_window_s: float = 0.0, max_queued_per_tenant: int | None = None):
         if max_running <= 0 or max_queued < 0 or reserve_window_s < 0:
             raise ValueError(f"need max_running > 0, max_queued >= 0 and reserve_window_s >= 0, got "
                              f"{max_running}, {max_queued}, {reserve_window_s}")
         self.max_running = max_running
         self.max_queued = max_queued
+        self.max_queued_per_tenant = max_queued if max_queued_per_tenant is None else max_queued_per_tenant
         self._clock = clock
         self._window = reserve_window_s
         self._queue: FairQueue[tuple[asyncio.Future, Ticket]] = FairQueue()
@@ -171,26 +185,29 @@ class FairAdmission:
         self._peaks: dict[str, tuple[int, float]] = {}  # tenant -> (peak running + queued, when it was reached)
         self._wake: asyncio.TimerHandle | None = None
         self._mean_hold_s = 1.0
+        self._reserving = False  # free slots are held for a waiter that needs more of them
 
     @property
     def running(self) -> int:
         return self._total_running
 
-    async def acquire(self, tenant: str, weight: float, cost: float = 1.0) -> Ticket:
-        """Wait for a slot; raises QueueFull at once when `max_queued` requests already wait."""
+    async def acquire(self, tenant: str, weight: float, slots: int = 1) -> Ticket:
+        """Wait for `slots` slots (one per sequence); raises QueueFull at once when `max_queued` requests (or
+        `max_queued_per_tenant` of this tenant's) already wait."""
         started = self._clock()
-        ticket = Ticket(tenant)
+        ticket = Ticket(tenant, slots=max(1, min(slots, self.max_running)))
         self._weights[tenant] = weight
         self._dispatch()  # claims may have lapsed since the last event
-        if self._verdicts(started, joining=tenant)(tenant):
+        may_start = self._verdicts(started, joining=tenant)
+        if not self._reserving and not self._queue.queued_of(tenant) and may_start(tenant, ticket.slots):
             self._grant(ticket, started)
             return ticket
         queued = len(self._queue)
-        if queued >= self.max_queued:
+        if queued >= self.max_queued or self._queue.queued_of(tenant) >= self.max_queued_per_tenant:
             self._forget_if_idle(tenant)
             raise QueueFull(self._retry_after(queued), queued)
         future: asyncio.Future = asyncio.get_running_loop().create_future()
-        entry = self._queue.push(tenant, (future, ticket), weight, cost)
+        entry = self._queue.push(tenant, (future, ticket), weight, ticket.slots)
         self._note_demand(tenant)
         self._dispatch()
         try:
@@ -212,8 +229,8 @@ class FairAdmission:
         ticket.released = True
         held = self._clock() - ticket.granted_at
         self._mean_hold_s += self._HOLD_SMOOTHING * (held - self._mean_hold_s)
-        self._running[ticket.tenant] -= 1
-        self._total_running -= 1
+        self._running[ticket.tenant] -= ticket.slots
+        self._total_running -= ticket.slots
         self._note_demand(ticket.tenant)
         self._forget_if_idle(ticket.tenant)
         self._dispatch()
@@ -227,18 +244,27 @@ class FairAdmission:
 
     def _grant(self, ticket: Ticket, now: float) -> None:
         ticket.granted_at = now
-        self._running[ticket.tenant] += 1
-        self._total_running += 1
+        self._running[ticket.tenant] += ticket.slots
+        self._total_running += ticket.slots
         self._note_demand(ticket.tenant)
 
     def _dispatch(self) -> None:
+        """Starts waiters in fair order. When the fairest waiter entitled to start needs more slots than are
+        free, the free slots are held for it (`_reserving`) rather than given to smaller requests behind it,
+        which could otherwise keep a many-sequence request waiting forever."""
+        self._reserving = False
         while self.running < self.max_running and self._queue:
             now = self._clock()
-            popped = self._queue.pop_first(self._verdicts(now))
-            if popped is None:
+            may_start = self._verdicts(now)
+            first = self._queue.peek_first(lambda tenant: may_start(tenant, 1))
+            if first is None:
                 self._wake_when_claims_lapse()
                 return
-            _, (future, ticket) = popped
+            tenant, (future, ticket) = first
+            if not future.done() and not may_start(tenant, ticket.slots):
+                self._reserving = True
+                return
+            self._queue.pop_first(lambda t: t == tenant)
             if future.done():  # cancelled; its owner has not run its cleanup yet
                 continue
             self._grant(ticket, now)
@@ -267,22 +293,24 @@ class FairAdmission:
         recent = max(peak, self._demand(tenant)) if now - at <= self._window else self._demand(tenant)
         return max(0, math.floor(min(share, recent) + _EPS) - self._running[tenant])
 
-    def _verdicts(self, now: float, joining: str | None = None) -> Callable[[str], bool]:
-        """Whether a tenant may start one more request now. Shares and claims are computed once here, over the
-        tenants with requests running or waiting (and `joining`, a tenant about to ask)."""
+    def _verdicts(self, now: float, joining: str | None = None) -> Callable[[str, int], bool]:
+        """Whether a tenant may start a request of so many slots now. Shares and claims are computed once here,
+        over the tenants with requests running or waiting (and `joining`, a tenant about to ask)."""
         free = self.max_running - self._total_running
         if free <= 0:
-            return lambda tenant: False
+            return lambda tenant, slots: False
         weights = {t: w for t, w in self._weights.items() if t == joining or self._demand(t) > 0}
         total = sum(weights.values())
         shares = {t: self.max_running * w / total for t, w in weights.items()}
         claims = {t: self._claim(t, share, now) for t, share in shares.items()}
         all_claims = sum(claims.values())
 
-        def may_start(tenant: str) -> bool:
+        def may_start(tenant: str, slots: int) -> bool:
+            if slots > free:
+                return False
             if self._running[tenant] < shares[tenant] - _EPS:
                 return True
-            return free - 1 >= all_claims - claims[tenant]
+            return free - slots >= all_claims - claims[tenant]
 
         return may_start
 

@@ -67,9 +67,13 @@ class PricingConfig(_Strict):
 class AdmissionConfig(_Strict):
     """Bounded, fair waiting in front of the engine."""
 
-    max_running: int = Field(default=32, gt=0, description="Requests handed to the engine at once.")
+    max_running: int = Field(default=32, gt=0, description="Sequences handed to the engine at once (a request "
+                             "runs prompts x n sequences).")
     max_queued: int = Field(default=256, ge=0,
                             description="Requests waiting for an engine slot, all tenants together.")
+    max_queued_per_tenant: int = Field(default=64, ge=0,
+                                       description="Requests one tenant may have waiting: a flood fills its own "
+                                                   "share of the queue, not everyone's.")
     reserve_window_s: float = Field(
         default=2.0, ge=0,
         description="A tenant with requests in flight keeps free slots up to the smaller of its fair share and "

@@ -36,8 +36,13 @@ class NeverFits(Exception):
     """The request needs more than a limit ever allows; retrying cannot help (HTTP 400)."""
 
     def __init__(self, limit: str, limit_value: int, requested: int):
-        super().__init__(f"This request needs up to {requested} tokens (prompt + max_tokens), more than this "
-                         f"tenant's {limit} limit of {limit_value}; lower max_tokens or shorten the prompt.")
+        if limit == "max_concurrent":
+            message = (f"This request runs {requested} sequences (prompts x n), more than this tenant's "
+                       f"max_concurrent limit of {limit_value}; lower n or send fewer prompts.")
+        else:
+            message = (f"This request needs up to {requested} tokens (prompt + max_tokens), more than this "
+                       f"tenant's {limit} limit of {limit_value}; lower max_tokens or shorten the prompt.")
+        super().__init__(message)
         self.limit = limit
         self.limit_value = limit_value
         self.requested = requested
@@ -106,10 +111,11 @@ class _Bucket:
 
 @dataclass
 class Admission:
-    """A reservation: one concurrency slot and `reserved` tokens, until `settle`."""
+    """A reservation: `sequences` concurrency slots and `reserved` tokens, until `settle`."""
 
     id: int
     reserved: int
+    sequences: int
     day: str
     month: str
     spend: _Spend
@@ -140,16 +146,19 @@ class TenantLimiter:
         self._roll(wall)
         return self._day.tokens, self._month.tokens
 
-    def admit(self, now: float, wall: float, reserve_tokens: int) -> Admission:
-        """Take a slot and reserve tokens, or raise LimitExceeded / NeverFits without taking anything."""
+    def admit(self, now: float, wall: float, reserve_tokens: int, sequences: int = 1) -> Admission:
+        """Take a concurrency slot per sequence and reserve tokens, or raise LimitExceeded / NeverFits without
+        taking anything."""
         lim = self.limits
-        for name, value in (("tokens_per_minute", lim.tokens_per_minute), ("tokens_per_day", lim.tokens_per_day),
-                            ("tokens_per_month", lim.tokens_per_month)):
-            if value is not None and reserve_tokens > value:
-                raise NeverFits(name, value, reserve_tokens)
+        for name, value, asked in (("tokens_per_minute", lim.tokens_per_minute, reserve_tokens),
+                                   ("tokens_per_day", lim.tokens_per_day, reserve_tokens),
+                                   ("tokens_per_month", lim.tokens_per_month, reserve_tokens),
+                                   ("max_concurrent", lim.max_concurrent, sequences)):
+            if value is not None and asked > value:
+                raise NeverFits(name, value, asked)
         self._prune(now)
         self._roll(wall)
-        if lim.max_concurrent is not None and self._running >= lim.max_concurrent:
+        if lim.max_concurrent is not None and self._running + sequences > lim.max_concurrent:
             self._refuse(now, "max_concurrent", lim.max_concurrent, CONCURRENCY_RETRY_S)
         if lim.requests_per_minute is not None and len(self._requests) >= lim.requests_per_minute:
             excess = len(self._requests) - lim.requests_per_minute
@@ -166,17 +175,17 @@ class TenantLimiter:
         spend = _Spend(now, reserve_tokens)
         self._requests.append(now)
         self._tokens.append(spend)
-        self._running += 1
+        self._running += sequences
         self._day.tokens += reserve_tokens
         self._month.tokens += reserve_tokens
-        return Admission(next(self._ids), reserve_tokens, self._day.key, self._month.key, spend)
+        return Admission(next(self._ids), reserve_tokens, sequences, self._day.key, self._month.key, spend)
 
     def settle(self, admission: Admission, actual_tokens: int, now: float, wall: float) -> None:
         """Swap the reservation for the tokens really used and free the slot; later calls do nothing."""
         if admission.settled:
             return
         admission.settled = True
-        self._running -= 1
+        self._running -= admission.sequences
         self._prune(now)
         self._roll(wall)
         admission.spend.tokens = actual_tokens  # counts only while its admission time is inside the window

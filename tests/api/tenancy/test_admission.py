@@ -340,3 +340,67 @@ async def test_claims_follow_weights(heavy_weight, borrowed):
     for t in [*heavy, await asyncio.wait_for(waiting, 1)]:
         admission.release(t)
     assert admission.stats().running == 0
+
+
+async def test_a_request_takes_a_slot_per_sequence():
+    admission = FairAdmission(max_running=4, max_queued=10)
+    three = await admission.acquire("A", 1, slots=3)
+    assert admission.running == 3 and three.slots == 3
+    one = await admission.acquire("B", 1, slots=1)
+    waiting = asyncio.create_task(admission.acquire("B", 1, slots=2))
+    await settle_tasks()
+    assert not waiting.done() and admission.stats().queued == 1
+    admission.release(three)
+    two = await waiting
+    assert admission.running == 3 and admission.stats().running_by_tenant == {"B": 3}
+    admission.release(one)
+    admission.release(two)
+    assert admission.running == 0
+
+
+async def test_more_sequences_than_slots_take_every_slot_and_still_run():
+    admission = FairAdmission(max_running=4, max_queued=10)
+    ticket = await admission.acquire("A", 1, slots=100)
+    assert ticket.slots == 4 and admission.running == 4
+    admission.release(ticket)
+    assert admission.running == 0
+
+
+async def test_free_slots_are_held_for_a_big_waiter_instead_of_small_newcomers():
+    """Without the hold, one-sequence requests arriving as slots free up would keep a many-sequence request
+    waiting for ever."""
+    admission = FairAdmission(max_running=4, max_queued=10)
+    small = [await admission.acquire("A", 1) for _ in range(4)]
+    big = asyncio.create_task(admission.acquire("B", 1, slots=4))
+    await settle_tasks()
+    admission.release(small[0])
+    newcomer = asyncio.create_task(admission.acquire("C", 1))
+    await settle_tasks()
+    assert not newcomer.done() and not big.done()  # the free slot is held for B
+    for ticket in small[1:]:
+        admission.release(ticket)
+    granted = await big
+    assert granted.slots == 4 and not newcomer.done()
+    admission.release(granted)
+    admission.release(await newcomer)
+    assert admission.running == 0 and admission.stats().queued == 0
+
+
+async def test_one_tenant_cannot_fill_the_whole_queue():
+    admission = FairAdmission(max_running=1, max_queued=10, max_queued_per_tenant=3)
+    holder = await admission.acquire("flood", 1)
+    waiters = [asyncio.create_task(admission.acquire("flood", 1)) for _ in range(3)]
+    await settle_tasks()
+    with pytest.raises(QueueFull):
+        await admission.acquire("flood", 1)
+    newcomer = asyncio.create_task(admission.acquire("newcomer", 1))
+    await settle_tasks()
+    assert admission.stats().queued_by_tenant == {"flood": 3, "newcomer": 1}
+    admission.release(holder)
+    admission.release(await waiters[0])  # the flood's oldest waiter had the same tag and came first
+    second = await newcomer  # within one round, ahead of the flood's other two
+    assert not waiters[1].done() and not waiters[2].done()
+    admission.release(second)
+    for waiter in waiters[1:]:
+        admission.release(await waiter)
+    assert admission.running == 0

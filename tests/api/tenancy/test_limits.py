@@ -190,3 +190,24 @@ def test_a_request_that_can_never_fit_is_not_a_rate_limit(limits, reserve, limit
 ])
 def test_format_duration(seconds, text):
     assert format_duration(seconds) == text
+
+
+def test_max_concurrent_counts_sequences():
+    lim = limiter(max_concurrent=4)
+    three = lim.admit(0.0, WALL, 10, sequences=3)
+    with pytest.raises(LimitExceeded) as e:
+        lim.admit(0.0, WALL, 10, sequences=2)
+    assert e.value.limit == "max_concurrent"
+    one = lim.admit(0.0, WALL, 10, sequences=1)
+    assert lim.running == 4
+    lim.settle(three, 10, 1.0, WALL)
+    lim.settle(one, 10, 1.0, WALL)
+    assert lim.running == 0
+
+
+def test_more_sequences_than_max_concurrent_never_fit():
+    lim = limiter(max_concurrent=4)
+    with pytest.raises(NeverFits) as e:
+        lim.admit(0.0, WALL, 10, sequences=5)
+    assert (e.value.limit, e.value.requested) == ("max_concurrent", 5) and "sequences" in str(e.value)
+    assert lim.running == 0
