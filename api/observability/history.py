@@ -4,9 +4,13 @@ Resolutions: "10s" (360 buckets, one hour) and "1m" (1440 buckets, one day). The
 the current 10 s bucket: per group, four status-class counters, an output-token counter and two small latency
 histograms (`latency_histogram`), so its cost does not grow with traffic or history. Whole minutes are rolled up from
 the 10 s ring into the 1 m ring by `sample` and by reads; the 10 s ring holds an hour, so the roll-up may lag 59
-minutes without loss. Gauges (admission queue and running, residency counts, SLO budgets and thresholds) are set once
-per interval by `sample`; the last sample of a minute stands for that minute. Adapter loads and evictions are
-timestamped events in a bounded deque.
+minutes without loss. Percentiles of live buckets (the current minute) are computed from their histograms when read;
+a rolled-up minute, and its 10 s buckets, keep only `Summaries` (counts and the p50/p95/p99 their histograms gave),
+since nothing merges them again (`history_buckets` says what that saves).
+
+Gauges (admission queue and running, residency counts, SLO budgets and thresholds) are set once per interval by
+`sample`; the last sample of a minute stands for that minute. Adapter loads and evictions are timestamped events in
+a bounded deque.
 
 Groups: "all", "tenant:<label>" and "model:<model@version label>", labels from caller-supplied bounding functions
 (the server's `LabelBounder`s), so at most 1 + 2 * (top_n + pinned + 1) groups per bucket.
@@ -19,11 +23,21 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
-from api.observability.latency_histogram import LatencyHistogram, bucket_of
-from api.observability.outcome import STATUS_CLIENT_CLOSED, RequestOutcome
+from api.observability.history_buckets import (
+    Aggregate,
+    Bucket,
+    Gauges,
+    Ring,
+    SloPoint,
+    Summaries,
+    Summary,
+    status_class,
+)
+from api.observability.latency_histogram import bucket_of
+from api.observability.outcome import RequestOutcome
 from api.observability.request_metrics import TIERS, AdmissionCounts
 
 
@@ -39,16 +53,8 @@ COARSE = Resolution("1m", 60, 1440)
 RESOLUTIONS = {r.name: r for r in (FINE, COARSE)}
 FINE_PER_COARSE = COARSE.seconds // FINE.seconds
 ALL = "all"
-STATUS_CLASSES = ("2xx", "4xx", "5xx", "499")  # "2xx" counts every status under 400
 EVENT_KINDS = ("load", "evict")
 MAX_EVENTS = 2000
-
-
-def status_class(status: int) -> int:
-    """Index into STATUS_CLASSES; 499 (client went away) is its own class, not a 4xx."""
-    if status == STATUS_CLIENT_CLOSED:
-        return 3
-    return 2 if status >= 500 else 1 if status >= 400 else 0
 
 
 def tenant_group(label: str) -> str:
@@ -59,80 +65,11 @@ def model_group(label: str) -> str:
     return f"model:{label}"
 
 
-class SloPoint(NamedTuple):
-    """One objective of one group at sample time (`dashboard_snapshot`'s `threshold_s` and `budget_remaining`)."""
-
-    threshold_s: float | None
-    budget_remaining: float | None
-
-
 class Event(NamedTuple):
     at: float
     kind: str  # EVENT_KINDS
     adapter: str  # "name@version" label
     tier: str  # TIERS
-
-
-@dataclass(frozen=True)
-class Gauges:
-    """What `sample` saw. Keys of `queued`/`running` are "all" and tenant groups (admission is per tenant)."""
-
-    queued: Mapping[str, int]
-    running: Mapping[str, int]
-    residency: Mapping[str, int]  # tier -> adapters resident
-    slo: Mapping[str, Mapping[str, SloPoint]]  # group -> objective -> point
-
-
-class Aggregate:
-    """Counts of one group in one bucket."""
-
-    __slots__ = ("output_tokens", "requests", "tpot", "ttft")
-
-    def __init__(self) -> None:
-        self.requests = [0, 0, 0, 0]  # by STATUS_CLASSES
-        self.output_tokens = 0
-        self.ttft = LatencyHistogram()
-        self.tpot = LatencyHistogram()
-
-    def merge(self, other: Aggregate) -> None:
-        for i, n in enumerate(other.requests):
-            self.requests[i] += n
-        self.output_tokens += other.output_tokens
-        self.ttft.merge(other.ttft)
-        self.tpot.merge(other.tpot)
-
-    def copy(self) -> Aggregate:
-        twin = Aggregate()
-        twin.merge(self)
-        return twin
-
-
-@dataclass
-class Bucket:
-    index: int  # start time // resolution seconds
-    groups: dict[str, Aggregate] = field(default_factory=dict)
-    gauges: Gauges | None = None
-
-
-class Ring:
-    """`slots` buckets addressed by index % slots; a slot holding an older index is stale and reads as absent."""
-
-    def __init__(self, slots: int):
-        self._slots: list[Bucket | None] = [None] * slots
-
-    def get(self, index: int) -> Bucket | None:
-        bucket = self._slots[index % len(self._slots)]
-        return bucket if bucket is not None and bucket.index == index else None
-
-    def get_or_create(self, index: int) -> Bucket:
-        slot = index % len(self._slots)
-        bucket = self._slots[slot]
-        if bucket is None or bucket.index != index:
-            bucket = self._slots[slot] = Bucket(index)  # a new object: readers holding the old one are unaffected
-        return bucket
-
-    def put(self, bucket: Bucket) -> None:
-        self._slots[bucket.index % len(self._slots)] = bucket
 
 
 class History:
@@ -152,6 +89,9 @@ class History:
         self._rolled_to = self._latest // FINE_PER_COARSE  # minutes before this one are in the 1 m ring
         self._events: deque[Event] = deque(maxlen=max_events)
         self._last_seen: dict[str, float] = {ALL: self.started_at}  # group -> last record
+        # The last group-to-row maps, shared by the next sample or summary when its groups are the same.
+        self._offsets: Mapping[str, int] | None = None
+        self._summary_offsets: Mapping[str, int] | None = None
         self._lock = threading.Lock()
 
     # --- writers ------------------------------------------------------------------------------------------------
@@ -195,10 +135,11 @@ class History:
             running[group] = running.get(group, 0) + counts.running
             queued[ALL] += counts.queued
             running[ALL] += counts.running
-        gauges = Gauges(queued, running, {tier: int(residency.get(tier, 0)) for tier in TIERS},
-                        {group: dict(points) for group, points in slo.items()})
+        tiers = tuple(int(residency.get(tier, 0)) for tier in TIERS)
         now = self._now()
         with self._lock:
+            gauges = Gauges.build(queued, running, slo, tiers, reuse=self._offsets)
+            self._offsets = gauges.offsets
             self._fine.get_or_create(self._advance(now)).gauges = gauges
             self._roll_up()
 
@@ -218,8 +159,7 @@ class History:
         """The window of `resolution` ending at `now`, for one group, taken under the lock.
 
         Only the newest 10 s bucket is still written to (records never go back in time, see `_advance`), so it is
-        copied; every other aggregate handed out is no longer mutated, and percentiles are computed from it without
-        the lock.
+        copied; nothing else handed out is mutated any more, so percentiles are computed without the lock.
         """
         with self._lock:
             self._advance(now)
@@ -234,7 +174,7 @@ class History:
                 else:
                     bucket = self._coarse.get(index)
                 agg = bucket.groups.get(group) if bucket is not None else None
-                if agg is not None and resolution is FINE and index == self._latest:
+                if isinstance(agg, Aggregate) and resolution is FINE and index == self._latest:
                     agg = agg.copy()
                 starts.append(index * resolution.seconds)
                 aggs.append(agg)
@@ -254,18 +194,29 @@ class History:
         return self._latest
 
     def _roll_up(self) -> None:
-        """Rolls every minute before the newest bucket's (so final) still held by the 10 s ring into the 1 m ring.
-        Caller holds the lock."""
+        """Rolls every minute before the newest bucket's (so final) still held by the 10 s ring into the 1 m ring,
+        then keeps only summaries of the minute's 10 s buckets. Caller holds the lock."""
         minute = self._latest // FINE_PER_COARSE
         first = max(self._rolled_to, minute - FINE.slots // FINE_PER_COARSE + 1)  # older ones: partly overwritten
         for index in range(first, minute):
             rolled = self._partial_minute(index)
-            if rolled is not None:
-                self._coarse.put(rolled)
+            if rolled is None:
+                continue
+            self._coarse.put(Bucket(index, self._summaries(rolled.groups), rolled.gauges))
+            for fine in range(index * FINE_PER_COARSE, (index + 1) * FINE_PER_COARSE):
+                bucket = self._fine.get(fine)
+                if bucket is not None and isinstance(bucket.groups, dict):
+                    bucket.groups = self._summaries(bucket.groups)  # a new object: a reader's references stay valid
         self._rolled_to = max(self._rolled_to, minute)
 
+    def _summaries(self, groups: dict[str, Aggregate]) -> Summaries:
+        summaries = Summaries(groups, reuse=self._summary_offsets)
+        self._summary_offsets = summaries.offsets
+        return summaries
+
     def _partial_minute(self, minute: int) -> Bucket | None:
-        """A 1 m bucket merged from the 10 s buckets of `minute` held now; None if there are none."""
+        """A 1 m bucket merged from the 10 s buckets of `minute` held now; None if there are none. Only minutes not
+        yet rolled up are merged, and their 10 s buckets still hold live `Aggregate`s."""
         parts = [b for i in range(minute * FINE_PER_COARSE, (minute + 1) * FINE_PER_COARSE)
                  if (b := self._fine.get(i)) is not None]
         if not parts:
@@ -290,7 +241,8 @@ class View:
     group: str
     started_at: float  # when the history (the process) started: earlier buckets have no data at all
     starts: list[float]  # bucket start, unix seconds
-    aggregates: list[Aggregate | None]
+    aggregates: list[Aggregate | Summary | None]
     gauges: list[Gauges | None]
     groups: list[str]  # groups with a request in the window: "all", tenants, models
     events: list[Event]  # in the window, oldest first
+

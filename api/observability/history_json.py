@@ -22,22 +22,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from api.observability.history import (
-    ALL,
-    RESOLUTIONS,
-    STATUS_CLASSES,
-    Gauges,
-    History,
-    SloPoint,
-    model_group,
-    tenant_group,
-)
-from api.observability.latency_histogram import LatencyHistogram
+from api.observability.history import ALL, RESOLUTIONS, History, model_group, tenant_group
+from api.observability.history_buckets import PERCENTILES, STATUS_CLASSES, Aggregate, SloPoint, Summary
 from api.observability.request_metrics import TIERS
 from api.observability.slo import OBJECTIVES
 
 RETENTION = "in this process's memory only: a restart starts the history empty"
-PERCENTILES = {"p50": 50.0, "p95": 95.0, "p99": 99.0}
+PERCENTILE_NAMES = tuple(f"p{p:g}" for p in PERCENTILES)  # "p50", "p95", "p99"
 CHARTED_OBJECTIVES = ("ttft", "tpot")
 
 
@@ -70,13 +61,13 @@ def history_json(history: History, resolution: str, group: str | None, now: floa
         "requests_per_s": {name: per_bucket(lambda a, s, i=i: _rate(a.requests[i] if a else 0, s))
                            for i, name in enumerate(STATUS_CLASSES)},
         "output_tokens_per_s": per_bucket(lambda a, s: _rate(a.output_tokens if a else 0, s)),
-        "ttft_s": _percentiles([a.ttft if a else None for a in aggs]),
-        "tpot_s": _percentiles([a.tpot if a else None for a in aggs]),
-        "objective_s": {o: gauge(lambda g, o=o: _slo(g, view.group, o).threshold_s) for o in CHARTED_OBJECTIVES},
-        "budget_remaining": {o: gauge(lambda g, o=o: _slo(g, view.group, o).budget_remaining) for o in OBJECTIVES},
-        "queued": gauge(lambda g: g.queued.get(view.group)),
-        "running": gauge(lambda g: g.running.get(view.group)),
-        "residency": {tier: gauge(lambda g, tier=tier: g.residency.get(tier)) for tier in TIERS},
+        "ttft_s": _percentiles(aggs, "ttft"),
+        "tpot_s": _percentiles(aggs, "tpot"),
+        "objective_s": {o: gauge(lambda g, o=o: g.get(view.group, f"{o}_threshold_s")) for o in CHARTED_OBJECTIVES},
+        "budget_remaining": {o: gauge(lambda g, o=o: g.get(view.group, f"{o}_budget_remaining")) for o in OBJECTIVES},
+        "queued": gauge(lambda g: _count(g.get(view.group, "queued"))),
+        "running": gauge(lambda g: _count(g.get(view.group, "running"))),
+        "residency": {tier: gauge(lambda g, i=i: g.residency[i]) for i, tier in enumerate(TIERS)},
         "events": [{"t": e.at, "kind": e.kind, "adapter": e.adapter, "tier": e.tier} for e in view.events],
     }
 
@@ -113,15 +104,15 @@ def _short(value: float) -> float:
     return float(f"{value:.7g}")
 
 
-def _percentiles(histograms: list[LatencyHistogram | None]) -> dict[str, list[float | None]]:
-    out: dict[str, list[float | None]] = {name: [] for name in PERCENTILES}
-    for h in histograms:
-        for name, p in PERCENTILES.items():
-            value = h.percentile(p) if h is not None else None
+def _percentiles(aggs: list[Aggregate | Summary | None], latency: str) -> dict[str, list[float | None]]:
+    out: dict[str, list[float | None]] = {name: [] for name in PERCENTILE_NAMES}
+    for agg in aggs:
+        values = agg.percentiles(latency) if agg is not None else (None,) * len(PERCENTILES)
+        for name, value in zip(PERCENTILE_NAMES, values):
             out[name].append(_short(value) if value is not None else None)
     return out
 
 
-def _slo(gauges: Gauges, group: str, objective: str) -> SloPoint:
-    return gauges.slo.get(group, {}).get(objective, SloPoint(None, None))
+def _count(value: float | None) -> int | None:
+    return None if value is None else int(value)
 

@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry
 from api.observability import browser
 from api.observability.browser import BrowserError, find_chromium, render_page
 from api.observability.dashboard import DASHBOARD_HTML, dashboard_snapshot
-from api.observability.history import History, SloPoint
+from api.observability.history import History
+from api.observability.history_buckets import SloPoint
 from api.observability.history_json import history_json
 from api.observability.labels import LabelBounder
 from api.observability.plotly_asset import plotly_js_path

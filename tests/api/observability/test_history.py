@@ -12,7 +12,8 @@ from prometheus_client import CollectorRegistry
 
 from api.observability import plotly_asset
 from api.observability.dashboard import dashboard_snapshot
-from api.observability.history import ALL, History, SloPoint, status_class
+from api.observability.history import ALL, History
+from api.observability.history_buckets import SloPoint, status_class
 from api.observability.history_events import HistoryTierEvents
 from api.observability.history_json import history_json, slo_points
 from api.observability.labels import LabelBounder
@@ -255,6 +256,38 @@ def test_minute_held_only_in_part_is_dropped_not_rolled_up_short(clock, outcome)
     history.sample({}, {}, {})
     data = history_json(history, "1m", None, clock.now)
     assert at(data, data["requests_per_s"]["2xx"], T0) == 0.0
+
+
+def test_summarised_buckets_read_as_they_did_live(clock, outcome):
+    """Rolled-up 10 s buckets keep only a summary: it must answer what the live histograms did."""
+    history = new_history(clock)
+    for i, (ttft, tokens, status) in enumerate([(0.05, 9, 200), (0.3, 1, 200), (2.0, 40, 503), (0.7, 5, 499)]):
+        clock.now = T0 + 10 * i + 1
+        for tenant in ("a", "b"):
+            history.record(outcome(tenant=tenant, ttft_seconds=ttft, completion_tokens=tokens, status=status))
+    live = {g: history_json(history, "10s", g, T0 + 55) for g in ("all", "tenant:a", "model:base")}
+    clock.now = T0 + 65
+    history.sample({}, {}, {})  # minute 0 rolls up: its 10 s buckets become summaries
+    for group, before in live.items():
+        after = history_json(history, "10s", group, T0 + 55)
+        for key in ("requests_per_s", "output_tokens_per_s", "ttft_s", "tpot_s"):
+            assert after[key] == before[key], (group, key)
+    assert at(after, after["tpot_s"]["p50"], T0 + 10) is None  # one output token: no TPOT, before and after
+
+
+def test_samples_and_summaries_share_their_group_maps(clock, outcome):
+    history = new_history(clock)
+    for step in range(3):
+        history.record(outcome())
+        history.sample({"acme": AdmissionCounts(step, 0)}, {}, {})
+        clock.advance(60)
+    history.sample({"acme": AdmissionCounts(7, 0), "beta": AdmissionCounts(1, 0)}, {}, {})  # a new group
+    buckets = [history._fine.get(int(T0 // 10) + 6 * step) for step in range(4)]
+    assert buckets[0].gauges.offsets is buckets[1].gauges.offsets is buckets[2].gauges.offsets
+    assert buckets[3].gauges.offsets is not buckets[2].gauges.offsets
+    assert buckets[0].groups.offsets is buckets[1].groups.offsets  # summaries of rolled-up minutes
+    data = history_json(history, "1m", "tenant:acme", clock.now)
+    assert [at(data, data["queued"], T0 + 60 * step) for step in range(4)] == [0, 1, 2, 7]
 
 
 # --- groups ---------------------------------------------------------------------------------------------------------
