@@ -15,6 +15,7 @@ class Caller:
 
     tenant: str
     is_admin: bool = False
+    reads_metrics: bool = False
 
 
 class Authenticator:
@@ -29,21 +30,29 @@ class Authenticator:
 
     def principal(self, authorization: str | None) -> Caller:
         if self.open:
-            return Caller(tenant=OPEN_TENANT, is_admin=True)
+            return Caller(tenant=OPEN_TENANT, is_admin=True, reads_metrics=True)
         found = self.keys.authenticate(bearer_token(authorization))
         if found is None:
             raise unauthorized()
-        return Caller(tenant=found.tenant or "", is_admin=found.is_admin)
+        return Caller(tenant=found.tenant or "", is_admin=found.is_admin, reads_metrics=found.reads_metrics)
 
     def caller(self, authorization: str | None) -> Caller:
         """A tenant (the admin key alone does not generate: it belongs to no tenant)."""
         caller = self.principal(authorization)
         if not caller.tenant:
-            raise OpenAIError(403, "The admin key cannot generate; use a tenant's key.", code="not_a_tenant")
+            raise OpenAIError(403, "This key belongs to no tenant and cannot generate; use a tenant's key.",
+                              code="not_a_tenant")
         return caller
 
     def admin(self, authorization: str | None) -> Caller:
         caller = self.principal(authorization)
         if not caller.is_admin:
             raise OpenAIError(403, "This call needs the admin key.", code="admin_only")
+        return caller
+
+    def metrics_reader(self, authorization: str | None) -> Caller:
+        """/metrics shows every tenant's traffic, prices and adapter names: the admin or a metrics key only."""
+        caller = self.principal(authorization)
+        if not caller.reads_metrics:
+            raise OpenAIError(403, "/metrics needs the admin key or a metrics key.", code="metrics_only")
         return caller

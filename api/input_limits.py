@@ -19,7 +19,7 @@ class InputLimits(BaseModel):
     max_body_bytes: int = Field(default=8 * MIB, ge=1024, description="Largest request body in bytes, except "
                                 "adapter uploads (max_upload_bytes); larger bodies get a 413.")
     max_header_bytes: int = Field(default=64 * 1024, ge=4096, description="Largest request line plus headers in "
-                                  "bytes; a larger request is answered with a 400 and the connection closed.")
+                                  "bytes; a larger request is answered with a 431 and the connection closed.")
     max_json_depth: int = Field(default=32, ge=4, description="Deepest nesting of objects and arrays in a JSON "
                                 "body.")
     max_prompts: int = Field(default=64, ge=1, description="Most prompts in one completions request.")

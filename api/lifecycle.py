@@ -17,6 +17,7 @@ from types import FrameType
 import uvicorn
 from starlette.types import ASGIApp
 
+from api.http_protocol import bounded_protocol
 from api.input_limits import InputLimits
 
 logger = logging.getLogger(__name__)
@@ -58,11 +59,10 @@ class Lifecycle:
 
 def http_config(app: ASGIApp, limits: InputLimits, host: str = "127.0.0.1", port: int = 8000,
                 log_level: str = "info", graceful_timeout_s: float = 5.0) -> uvicorn.Config:
-    """uvicorn's settings for the server. h11, not httptools: h11 bounds the request line and headers
-    (`max_header_bytes`; httptools accepted a 20 MB header); a larger request gets a 400 and is closed."""
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, http="h11",
-                          h11_max_incomplete_event_size=limits.max_header_bytes,
-                          timeout_graceful_shutdown=graceful_timeout_s)
+    """uvicorn's settings for the server: httptools with the request head bounded by `max_header_bytes`
+    (a larger one gets a 431 and the connection is closed)."""
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                          http=bounded_protocol(limits.max_header_bytes), timeout_graceful_shutdown=graceful_timeout_s)
 
 
 class DrainingServer(uvicorn.Server):

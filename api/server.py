@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -12,21 +13,24 @@ from typing import Literal
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict, Field
 
-from adapters.disk_cache import AdapterDiskCache, CacheEntry
+from adapters.disk_cache import AdapterDiskCache
 from adapters.identity import parse_model_ref
 from adapters.registry import Registry
 from adapters.tiers import TIER_DISK, AdapterTiers
 from api.admin.serving import AdminService
 from api.auth import Authenticator
-from api.input_limits import InputLimits
 from api.generation.accounting import Accounts, OutcomeSink
 from api.generation.adapter_loading import AdapterLoader
 from api.generation.admission import EngineAdmission
 from api.generation.limits import TenantLimits
 from api.generation.request import Pipeline
 from api.generation.resolve import ModelResolver
+from api.input_limits import InputLimits
 from api.lifecycle import Lifecycle
 from api.observability.dashboard import dashboard_snapshot
+from api.observability.history import FINE, History
+from api.observability.history_events import HistoryTierEvents
+from api.observability.history_json import slo_points
 from api.observability.outcome import RequestOutcome
 from api.observability.request_metrics import AdmissionCounts, EngineGauges, Metrics
 from api.observability.requestlog import log_request
@@ -42,6 +46,8 @@ from api.tenancy.pricing import ComputeMeter, PriceTable
 from engine.types import EngineClient
 
 logger = logging.getLogger(__name__)
+
+HISTORY_SAMPLE_S = FINE.seconds
 
 
 class ServingOptions(BaseModel):
@@ -87,12 +93,14 @@ class Server:
     pipeline: Pipeline
     catalog: ModelCatalog
     input_limits: InputLimits
+    history: History
     pins: tuple[str, ...] = ()
     chat: ChatService = field(init=False)
     completion: CompletionService = field(init=False)
     admin: AdminService = field(init=False)
 
     def __post_init__(self) -> None:
+        self._sampler: asyncio.Task[None] | None = None
         self.chat = ChatService(self.pipeline)
         self.completion = CompletionService(self.pipeline)
         self.admin = AdminService(self.registry, self.tiers, self.options.max_upload_bytes,
@@ -106,7 +114,19 @@ class Server:
         for name in self.pins:
             result = await self.admin.load(self.registry.resolve(parse_model_ref(name)))
             logger.info("pinned %s (%s)", result.model, result.found_in)
+        self._sampler = asyncio.create_task(self._sample_history())
         self.lifecycle.ready = True
+
+    async def _sample_history(self) -> None:
+        """The dashboard history's gauges, once per fine interval, for the life of the server."""
+        while True:
+            self.sample_history()
+            await asyncio.sleep(HISTORY_SAMPLE_S)
+
+    def sample_history(self) -> None:
+        data = self.dashboard_data()
+        self.history.sample(_admission_counts(self.pipeline.admission.queue),
+                            {tier: len(names) for tier, names in data["residency"].items()}, slo_points(data))
 
     def _on_step(self, wall: float, tokens: int, busy: bool) -> None:
         self.meter.on_step(wall, tokens, busy)
@@ -120,6 +140,8 @@ class Server:
         return dashboard_snapshot(self.metrics, residency, time.time())
 
     def close(self) -> None:
+        if self._sampler is not None:
+            self._sampler.cancel()
         self.tracing.shutdown()
         self.ledger.close()
         self.registry.close()
@@ -140,6 +162,8 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
     engine's batch size, used unless the tenants file sets its own admission size. `tracing` replaces the
     one `options.otlp_endpoint` describes (tests pass an in-memory exporter)."""
     metrics = Metrics(CollectorRegistry(), options.metrics_top_n, tenancy.slo_for)
+    history = History(metrics.tenant_label, metrics.model_label, time.time)
+    tier_events = HistoryTierEvents(metrics.adapters, history)
     ledger = UsageLedger(Path(options.ledger_path) if options.ledger_path else default_ledger_path(),
                          synchronous=options.ledger_synchronous)
     if "max_running" in tenancy.admission.model_fields_set or max_running is None:
@@ -150,10 +174,10 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
     tiers = disk = None
     if tiers_sizes is not None:
         disk = AdapterDiskCache(tiers_sizes.disk_dir, tiers_sizes.disk_bytes, registry.store,
-                                on_evict=lambda entry: _disk_evicted(metrics, entry))
+                                on_evict=lambda entry: tier_events.evicted(entry.label, TIER_DISK))
         for name in pins:
             disk.pin(name)
-        tiers = AdapterTiers(engine, disk, registry.check_folder, metrics.adapters, tiers_sizes.max_loras,
+        tiers = AdapterTiers(engine, disk, registry.check_folder, tier_events, tiers_sizes.max_loras,
                              tiers_sizes.max_cpu_loras, frozenset(pins))
     metrics.set_engine_source(lambda: _engine_gauges(engine))
     metrics.set_admission_source(lambda: _admission_counts(queue))
@@ -166,7 +190,8 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
             # The client reused an X-Request-Id: the ledger keeps one row per id, and no request goes unbilled.
             ledger.record(replace(outcome, request_id=f"{outcome.request_id}#{uuid.uuid4().hex[:12]}"), finish)
 
-    sink = OutcomeSink([lambda outcome, finish: metrics.observe(outcome), record, log_request])
+    sink = OutcomeSink([lambda outcome, finish: metrics.observe(outcome),
+                        lambda outcome, finish: history.record(outcome), record, log_request])
     resolver = ModelResolver(engine.model_id, registry)
     pipeline = Pipeline(
         engine=engine, tenancy=tenancy, lifecycle=lifecycle,
@@ -178,7 +203,7 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
     return Server(
         engine=engine, registry=registry, tenancy=tenancy, options=options, auth=Authenticator(tenancy),
         metrics=metrics, ledger=ledger, tiers=tiers, disk=disk, meter=meter, tracing=tracing, lifecycle=lifecycle,
-        pipeline=pipeline, catalog=ModelCatalog(resolver), input_limits=input_limits, pins=pins,
+        pipeline=pipeline, catalog=ModelCatalog(resolver), input_limits=input_limits, history=history, pins=pins,
     )
 
 
@@ -192,10 +217,6 @@ def _limiters(tenancy: TenancyConfig, ledger: UsageLedger) -> dict[str, TenantLi
                            ledger.tokens_in(tenant.name, month_start(wall)), wall)
         limiters[tenant.name] = limiter
     return limiters
-
-
-def _disk_evicted(metrics: Metrics, entry: CacheEntry) -> None:
-    metrics.adapters.evicted(entry.label, TIER_DISK)
 
 
 def _engine_gauges(engine: EngineClient) -> EngineGauges:

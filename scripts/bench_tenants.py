@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import httpx
-
 from bench_servers import (
     demo_assets,
     free_port,

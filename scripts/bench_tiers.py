@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 import httpx
-
 from bench_servers import (
     bounded,
     demo_assets,

@@ -101,6 +101,7 @@ PRICES = {"prompt": 1.0, "completion": 2.0}
 @dataclass(frozen=True)
 class Keys:
     admin: str
+    metrics: str
     tenants: dict[str, str]
 
     def headers(self, tenant: str) -> dict[str, str]:
@@ -110,12 +111,16 @@ class Keys:
     def admin_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.admin}"}
 
+    @property
+    def metrics_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.metrics}"}
+
 
 @pytest.fixture(scope="session")
 def keys() -> Keys:
     from api.tenancy.keys import generate_key
 
-    return Keys(admin=generate_key(), tenants={name: generate_key() for name in TENANTS})
+    return Keys(admin=generate_key(), metrics=generate_key(), tenants={name: generate_key() for name in TENANTS})
 
 
 @pytest.fixture(scope="session")
@@ -127,6 +132,7 @@ def tenants_file(demo_home, keys) -> Path:
     config = {
         "machine_cost_per_hour": 3.6,
         "admin_key_hashes": [hash_key(keys.admin)],
+        "metrics_key_hashes": [hash_key(keys.metrics)],
         "priority_classes": {"premium": {"weight": 4}, "standard": {"weight": 1}},
         "pricing": {"default": PRICES},
         "tenants": [
@@ -229,6 +235,12 @@ def server(server_process) -> str:
     """Base URL of the session's real server (restarted if a lifecycle test stopped it)."""
     server_process.ensure_running()
     return server_process.url
+
+
+@pytest.fixture(scope="session")
+def metrics_text(server, keys):
+    """The session server's /metrics page, read with the metrics key: `metrics_text()`."""
+    return lambda: httpx.get(f"{server}/metrics", headers=keys.metrics_headers, timeout=30).text
 
 
 @pytest.fixture(scope="session")

@@ -24,14 +24,16 @@ def add_tenant_parsers(subparsers: argparse._SubParsersAction) -> None:
     keys = subparsers.add_parser("keys", help="Manage API keys in a tenants file.")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
     create = keys_sub.add_parser(
-        "create", help="Generate an API key for a tenant (or an admin key) and store its hash.",
+        "create", help="Generate an API key for a tenant (or an admin or metrics key) and store its hash.",
         description="Generate an API key, append its SHA-256 hash to the tenant's key_hashes (or to "
-        "admin_key_hashes with --admin) and rewrite the tenants file atomically. The key is printed once on "
-        "stdout and cannot be shown again. The file is rewritten by PyYAML: its comments and formatting are "
-        "lost. The server reads the new key when it next loads the file.")
+        "admin_key_hashes with --admin, metrics_key_hashes with --metrics) and rewrite the tenants file "
+        "atomically. The key is printed once on stdout and cannot be shown again. The file is rewritten by PyYAML: "
+        "its comments and formatting are lost. The server reads the new key when it next loads the file.")
     who = create.add_mutually_exclusive_group(required=True)
     who.add_argument("--tenant", help="Tenant to issue the key to.")
     who.add_argument("--admin", action="store_true", help="Issue an admin key instead.")
+    who.add_argument("--metrics", action="store_true", help="Issue a metrics key (reads /metrics only), for a "
+                     "Prometheus scraper.")
     create.add_argument("--config", required=True, type=Path, help="Tenants YAML file to update.")
     create.set_defaults(tenant_handler=_keys_create)
 
@@ -68,8 +70,8 @@ def _keys_create(args: argparse.Namespace) -> int:
     except ConfigError as e:
         return _fail(f"invalid tenants file {path}:\n{e}", EXIT_USAGE)
     key = generate_key()
-    if args.admin:
-        raw.setdefault("admin_key_hashes", []).append(hash_key(key))
+    if args.admin or args.metrics:
+        raw.setdefault("admin_key_hashes" if args.admin else "metrics_key_hashes", []).append(hash_key(key))
     else:
         names = [t.name for t in config.tenants]
         if args.tenant not in names:
@@ -83,7 +85,7 @@ def _keys_create(args: argparse.Namespace) -> int:
         return _fail(f"refusing to write an invalid tenants file:\n{e}", EXIT_FAILED)
     except OSError as e:
         return _fail(f"cannot write {path}: {e.strerror or e}", EXIT_FAILED)
-    who = "admin" if args.admin else f"tenant {args.tenant!r}"
+    who = "admin" if args.admin else "metrics" if args.metrics else f"tenant {args.tenant!r}"
     print(key, flush=True)
     print(f"loraplex: new API key for {who} above; store it now, it cannot be shown again. "
           f"Its hash was added to {path}.", file=sys.stderr)

@@ -22,17 +22,17 @@ from pydantic import BaseModel
 
 from api.auth import Caller
 from api.errors import OpenAIError
-from api.input_limits import InputLimits
 from api.generation.accounting import Accounts, RequestAccount, closes_on_failure
 from api.generation.adapter_loading import AdapterLoader
 from api.generation.admission import EngineAdmission
+from api.generation.budget import OutputLimit
 from api.generation.fanout import EngineCall, run_calls
 from api.generation.limits import TenantLimits
 from api.generation.resolve import ModelResolver, ServedModel, visibility_of
 from api.generation.sse import framed_stream
+from api.input_limits import InputLimits
 from api.lifecycle import Lifecycle
 from api.observability.tracing import Tracing, traced
-from api.generation.budget import OutputLimit
 from api.tenancy.config import TenancyConfig
 from engine.types import ChoiceDelta, EngineClient
 

@@ -21,8 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from api.observability.labels import OTHER
 from adapters.tiers import TIERS
+from api.observability.labels import OTHER
 from api.observability.request_metrics import BUDGET_WINDOW, Metrics
 from api.observability.slo import OBJECTIVES, WINDOWS, ObjectiveStatus
 from api.observability.usage_totals import GroupSnapshot

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from adapters.tiers import TIERS
 from api.observability.history_buckets import (
     Aggregate,
     Bucket,
@@ -38,7 +39,7 @@ from api.observability.history_buckets import (
 )
 from api.observability.latency_histogram import bucket_of
 from api.observability.outcome import RequestOutcome
-from api.observability.request_metrics import TIERS, AdmissionCounts
+from api.observability.request_metrics import AdmissionCounts
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from adapters.tiers import TIERS
 from api.observability.history import ALL, RESOLUTIONS, History, model_group, tenant_group
 from api.observability.history_buckets import PERCENTILES, STATUS_CLASSES, Aggregate, SloPoint, Summary
-from api.observability.request_metrics import TIERS
 from api.observability.slo import OBJECTIVES
 
 RETENTION = "in this process's memory only: a restart starts the history empty"

@@ -13,9 +13,9 @@ from typing import NamedTuple
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from api.observability.adapter_metrics import AdapterMetrics
 from api.observability.labels import OTHER, LabelBounder
 from api.observability.outcome import UNKNOWN, RequestOutcome
-from api.observability.adapter_metrics import AdapterMetrics
 from api.observability.slo import LATENCY_OBJECTIVES, SloTargets, SloWindowTracker
 from api.observability.usage_totals import GroupSnapshot, MetricsSnapshot, UsageTotals
 
@@ -134,6 +134,14 @@ class Metrics:
         if cost_1k is not None and price_1k is not None:
             self.cost_per_1k.labels(**labels).set(cost_1k)
             self.price_per_1k.labels(**labels).set(price_1k)
+
+    def tenant_label(self, tenant: str) -> str:
+        """The bounded label a tenant is reported under (its own name, or `other`)."""
+        return self._tenants.bound(tenant)
+
+    def model_label(self, model_version: str) -> str:
+        """The bounded label an adapter version (or the base model) is reported under."""
+        return self._models.bound(model_version)
 
     def observe_rejected(self, status: int, tenant: str = UNKNOWN) -> None:
         """A request refused before its model was known (bad key, unknown model, malformed body)."""

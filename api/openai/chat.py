@@ -5,6 +5,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from api.errors import bad_request
+from api.generation.accounting import RequestAccount
+from api.generation.budget import output_budget
+from api.generation.fanout import EngineCall, collect_choices
+from api.generation.request import GenerationService
+from api.generation.resolve import ServedModel
+from api.generation.sse import sse
 from api.input_limits import check_request_size
 from api.openai.protocol import (
     UNSUPPORTED_CHAT_FIELDS,
@@ -21,12 +27,6 @@ from api.openai.protocol import (
     Usage,
 )
 from api.openai.sampling import build_sampling_params
-from api.generation.accounting import RequestAccount
-from api.generation.fanout import EngineCall, collect_choices
-from api.generation.request import GenerationService
-from api.generation.resolve import ServedModel
-from api.generation.sse import sse
-from api.generation.budget import output_budget
 from engine.types import ChoiceDelta, PositionLogprobs
 
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from api.errors import bad_request
-from api.input_limits import check_request_size
-from api.openai.protocol import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, Usage
-from api.openai.sampling import build_sampling_params
 from api.generation.accounting import RequestAccount
+from api.generation.budget import output_budget
 from api.generation.fanout import EngineCall, collect_choices
 from api.generation.request import GenerationService
 from api.generation.resolve import ServedModel
 from api.generation.sse import sse
-from api.generation.budget import output_budget
+from api.input_limits import check_request_size
+from api.openai.protocol import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, Usage
+from api.openai.sampling import build_sampling_params
 from engine.types import ChoiceDelta, PositionLogprobs
 
 

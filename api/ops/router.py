@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import time
+
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from api.errors import OpenAIError
+from api.errors import OpenAIError, bad_request
 from api.observability.dashboard import DASHBOARD_HTML, STATIC_DIR
+from api.observability.history_json import history_json
+from api.observability.plotly_asset import plotly_js_path
 from api.ops.usage import usage_filters, usage_limit
 
 ops_router = APIRouter(tags=["operations"])
+PLOTLY_JS = plotly_js_path()  # at import, so a missing plotly fails at start with its message
+MAX_GROUP_CHARS = 300
 
 
 @ops_router.get("/health")
@@ -34,12 +40,34 @@ async def ready(request: Request) -> Response:
 
 @ops_router.get("/metrics")
 async def metrics(request: Request) -> Response:
-    return Response(request.app.state.server.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    """Prometheus exposition; the admin key or a metrics key when tenants are configured."""
+    server = request.app.state.server
+    server.auth.metrics_reader(request.headers.get("authorization"))
+    return Response(server.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
 @ops_router.get("/dashboard")
 async def dashboard(request: Request) -> Response:
     return FileResponse(DASHBOARD_HTML, media_type="text/html")
+
+
+@ops_router.get("/dashboard/history")
+def dashboard_history(request: Request, resolution: str = "10s", group: str | None = None) -> JSONResponse:
+    """Charts' data (admin key when tenants are configured); a plain def, so it runs in a worker thread."""
+    server = request.app.state.server
+    server.auth.admin(request.headers.get("authorization"))
+    if group is not None and len(group) > MAX_GROUP_CHARS:
+        raise bad_request(f"group is longer than {MAX_GROUP_CHARS} characters.", param="group")
+    try:
+        return JSONResponse(history_json(server.history, resolution, group, time.time()))
+    except ValueError as e:
+        raise bad_request(str(e), param="resolution") from e
+
+
+@ops_router.get("/dashboard/plotly.min.js")
+async def plotly_js(request: Request) -> Response:
+    """The charting library, from the installed plotly package: the page works offline."""
+    return FileResponse(PLOTLY_JS, media_type="text/javascript")
 
 
 @ops_router.get("/dashboard/{asset}")

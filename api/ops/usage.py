@@ -7,8 +7,8 @@ import re
 import time
 from datetime import datetime, timezone
 
-from api.errors import OpenAIError, bad_request
 from api.auth import Caller
+from api.errors import OpenAIError, bad_request
 
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}

@@ -119,6 +119,9 @@ class TenancyConfig(_Strict):
 
     machine_cost_per_hour: float = Field(default=0.0, ge=0, description="USD per hour of this server's compute.")
     admin_key_hashes: list[KeyHash] = Field(default_factory=list, description="SHA-256 of each admin API key.")
+    metrics_key_hashes: list[KeyHash] = Field(
+        default_factory=list, description="SHA-256 of each metrics key: reads /metrics (a Prometheus scraper) and "
+        "nothing else.")
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig, description="Engine slots and queue.")
     priority_classes: dict[Name, PriorityClass] = Field(
         default_factory=lambda: {DEFAULT_CLASS: PriorityClass(weight=1.0)},

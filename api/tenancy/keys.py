@@ -35,10 +35,12 @@ def bearer_token(header_value: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class Principal:
-    """Who a request is: a tenant, an admin, or both when one key is listed in both places."""
+    """Who a request is: a tenant, an admin, a metrics reader, or several when one key is listed in several
+    places."""
 
     tenant: str | None
     is_admin: bool
+    reads_metrics: bool = False
 
 
 class KeyRing:
@@ -50,12 +52,12 @@ class KeyRing:
 
     def __init__(self, config: TenancyConfig):
         self._auth_required = config.auth_required
-        self._open = Principal(tenant=OPEN_TENANT, is_admin=True)
-        entries: list[tuple[bytes, str | None, bool]] = []
-        for key_hash in config.admin_key_hashes:
-            entries.append((_digest(key_hash), None, True))
+        self._open = Principal(tenant=OPEN_TENANT, is_admin=True, reads_metrics=True)
+        entries: list[tuple[bytes, str | None, bool, bool]] = []  # (digest, tenant, admin, metrics)
+        entries.extend((_digest(h), None, True, True) for h in config.admin_key_hashes)
+        entries.extend((_digest(h), None, False, True) for h in config.metrics_key_hashes)
         for tenant in config.tenants:
-            entries.extend((_digest(h), tenant.name, False) for h in tenant.key_hashes)
+            entries.extend((_digest(h), tenant.name, False, False) for h in tenant.key_hashes)
         self._entries = entries
 
     @property
@@ -70,15 +72,15 @@ class KeyRing:
             return None
         digest = hashlib.sha256(presented.encode()).digest()
         tenant: str | None = None
-        is_admin = False
-        matched = False
-        for stored, owner, admin in self._entries:
+        is_admin = reads_metrics = matched = False
+        for stored, owner, admin, metrics in self._entries:
             hit = hmac.compare_digest(digest, stored)
             matched |= hit
             is_admin |= hit and admin
+            reads_metrics |= hit and metrics
             if hit and owner is not None:
                 tenant = owner
-        return Principal(tenant=tenant, is_admin=is_admin) if matched else None
+        return Principal(tenant=tenant, is_admin=is_admin, reads_metrics=reads_metrics) if matched else None
 
 
 def _digest(key_hash: str) -> bytes:

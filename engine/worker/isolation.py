@@ -16,7 +16,6 @@ import os
 from collections.abc import Callable
 
 import torch
-
 from vllm.logger import init_logger
 
 # Under vLLM's logger namespace: these modules run inside vLLM's engine-core and worker processes, where

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 
 import torch
-
 from vllm.logger import init_logger
 
 from engine.worker.batch_plan import BatchPlan, plan_batch

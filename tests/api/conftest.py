@@ -11,8 +11,8 @@ import pytest
 from adapters.base_model import base_model_spec
 from adapters.registry import Registry, RegistryConfig
 from api.app import create_app
-from api.tenancy.config import TenancyConfig
 from api.server import ServingOptions, build_server
+from api.tenancy.config import TenancyConfig
 from engine.types import ChoiceDelta, EngineError, EngineLoad
 
 

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from api.body import json_depth
-from api.input_limits import InputLimits, check_request_size
 from api.errors import OpenAIError
+from api.input_limits import InputLimits, check_request_size
 from tests.api.running_server import RunningServer
 
 CHAT = {"model": "fake-base", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
@@ -145,5 +145,5 @@ def test_oversized_headers_and_urls_are_refused_quickly(fake_app, fake_server, r
         started = time.monotonic()
         answer = _raw_request(running.url, request_bytes)
         assert time.monotonic() - started < 1.0
-        assert answer == b"" or answer.split(b" ", 2)[1] in (b"400", b"413", b"431")
+        assert answer == b"" or answer.split(b" ", 2)[1] == b"431", answer[:200]
         assert httpx.get(f"{running.url}/health", timeout=5).status_code == 200

@@ -9,8 +9,8 @@ import time
 import httpx
 import pytest
 
-from tests.api.running_server import RunningServer
 from api.tenancy.ledger import UsageLedger
+from tests.api.running_server import RunningServer
 
 
 def _stream(url: str, events: list[str]) -> None:

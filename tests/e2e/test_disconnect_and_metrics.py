@@ -9,8 +9,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 
-def scrape(server: str) -> dict[tuple[str, tuple], float]:
-    text = httpx.get(f"{server}/metrics").text
+def scrape(metrics_text) -> dict[tuple[str, tuple], float]:
+    text = metrics_text()
     samples = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -22,10 +22,10 @@ def value(samples, name: str, **labels) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-def wait_until_idle(server: str, timeout: float = 30) -> dict:
+def wait_until_idle(metrics_text, timeout: float = 30) -> dict:
     deadline = time.monotonic() + timeout
     while True:
-        samples = scrape(server)
+        samples = scrape(metrics_text)
         idle = all(value(samples, name) == 0 for name in (
             "loraplex_engine_unfinished_requests", "loraplex_engine_running_requests",
             "loraplex_engine_waiting_requests", "loraplex_requests_in_flight"))
@@ -34,7 +34,7 @@ def wait_until_idle(server: str, timeout: float = 30) -> dict:
         time.sleep(0.2)
 
 
-def _drop_after_first_chunk(server: str, headers: dict, body: dict) -> tuple[float, int]:
+def _drop_after_first_chunk(server: str, metrics_text, headers: dict, body: dict) -> tuple[float, int]:
     """Open a stream, read its first chunk, scrape, then drop it.
     Returns (the engine's unfinished requests at the scrape, tokens the client received)."""
     with httpx.Client(base_url=server, headers=headers, timeout=60) as client:
@@ -42,13 +42,13 @@ def _drop_after_first_chunk(server: str, headers: dict, body: dict) -> tuple[flo
             for line in response.iter_lines():
                 if line.startswith("data: "):
                     received = len(json.loads(line[len("data: "):])["choices"][0]["token_ids"])
-                    busy = scrape(server)
+                    busy = scrape(metrics_text)
                     # Leaving the iterator closes the connection (httpcore) with most tokens still to go.
                     return value(busy, "loraplex_engine_unfinished_requests"), received
     raise AssertionError("stream ended without a chunk")
 
 
-def test_dropped_stream_is_aborted(server, adapter_names, acme):
+def test_dropped_stream_is_aborted(server, adapter_names, acme, metrics_text):
     body = {"model": adapter_names[0], "prompt": "tell me a long story", "max_tokens": 1000,
             "ignore_eos": True, "stream": True, "return_token_ids": True}
     labels = {"tenant": "acme", "model": adapter_names[0], "version": "1"}
@@ -56,13 +56,13 @@ def test_dropped_stream_is_aborted(server, adapter_names, acme):
     # runner the engine was once done before the scrape, so that precondition is checked, not assumed.
     seen = []
     for _ in range(3):
-        before = wait_until_idle(server)
-        unfinished, received = _drop_after_first_chunk(server, acme, body)
+        before = wait_until_idle(metrics_text)
+        unfinished, received = _drop_after_first_chunk(server, metrics_text, acme, body)
         seen.append(unfinished)
         if seen[-1] == 1:
             break
     assert seen[-1] == 1, f"the request was never still in the engine when dropped: unfinished per try {seen}"
-    samples = wait_until_idle(server)
+    samples = wait_until_idle(metrics_text)
     assert value(samples, "loraplex_engine_unfinished_requests") == 0
     assert value(samples, "loraplex_engine_running_requests") == 0
     closed = value(samples, "loraplex_requests_total", **labels, status="499")
@@ -80,11 +80,11 @@ def test_dropped_stream_is_aborted(server, adapter_names, acme):
     assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 4
 
 
-def test_metrics_count_known_traffic(server, base_model_id, keys):
+def test_metrics_count_known_traffic(server, base_model_id, keys, metrics_text):
     """Tenant `obs` sends nothing else, so its series move by exactly this traffic."""
     obs = keys.headers("obs")
-    wait_until_idle(server)
-    before = scrape(server)
+    wait_until_idle(metrics_text)
+    before = scrape(metrics_text)
     prompt_tokens = completion_tokens = 0
     for max_tokens in (3, 5, 7):
         response = httpx.post(f"{server}/v1/completions", timeout=60, headers=obs, json={
@@ -94,7 +94,7 @@ def test_metrics_count_known_traffic(server, base_model_id, keys):
         completion_tokens += usage["completion_tokens"]
     httpx.post(f"{server}/v1/completions", json={"model": base_model_id, "prompt": "x", "max_tokens": -1},
                headers=obs)
-    after = scrape(server)
+    after = scrape(metrics_text)
 
     def delta(name, **labels):
         return value(after, name, **labels) - value(before, name, **labels)

@@ -93,16 +93,16 @@ async def test_version_swap_under_load(server, acme, keys, registry, template, t
     assert by_alias.json()["model"] == "swap@2"
 
 
-def _scrape(server: str) -> dict:
+def _scrape(metrics_text) -> dict:
     samples = {}
-    for family in text_string_to_metric_families(httpx.get(f"{server}/metrics").text):
+    for family in text_string_to_metric_families(metrics_text()):
         for s in family.samples:
             samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
     return samples
 
 
 async def test_200_adapters_through_two_slots(server, acme, registry, template, tmp_path, tokenizer,
-                                              hf_reference):
+                                              hf_reference, metrics_text):
     """200 published adapters, max_cpu_loras 8 and max_loras 2, random traffic: every request served, CPU
     tier evictions happen, and a sample of outputs stays exact."""
     folders = {}
@@ -113,7 +113,7 @@ async def test_200_adapters_through_two_slots(server, acme, registry, template, 
     rng = random.Random(7)
     ids = tokenizer.encode("hello world", add_special_tokens=False)
     picks = [f"many-{rng.randrange(200):03d}" for _ in range(80)]
-    before = _scrape(server)
+    before = _scrape(metrics_text)
     semaphore = asyncio.Semaphore(16)
 
     async def one(client, name):
@@ -128,7 +128,7 @@ async def test_200_adapters_through_two_slots(server, acme, registry, template, 
         assert result["model"] == f"{name}@1"
     for name, result in list(zip(picks, results))[::10]:
         assert result["choices"][0]["token_ids"] == hf_reference.greedy(folders[name], ids, 8), name
-    after = _scrape(server)
+    after = _scrape(metrics_text)
     evictions = after[("loraplex_adapter_evictions_total", (("tier", "cpu"),))] - before.get(
         ("loraplex_adapter_evictions_total", (("tier", "cpu"),)), 0)
     assert evictions >= len(set(picks)) - 8

@@ -4,12 +4,14 @@ the usage ledger after kill -9. Runs last among the end-to-end tests because it 
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+
 from tests.conftest import ARTIFACTS
 
 
@@ -20,11 +22,15 @@ def test_dashboard_in_headless_chromium(server, keys, acme, base_model_id):
         httpx.post(f"{server}/v1/completions", headers=acme, timeout=60,
                    json={"model": model, "prompt": "hi", "max_tokens": 4})
     png = ARTIFACTS / "dashboard.png"
-    dom = render_page(f"{server}/dashboard?key={keys.admin}", png, wait_ms=5000)
+    dom = render_page(f"{server}/dashboard#key={keys.admin}", png, wait_ms=8000)
     assert png.stat().st_size > 10_000
     assert 'data-tenant="acme"' in dom
     assert 'data-model="' in dom  # adapter-version rows (which ones depends on the metric top-N so far)
     assert 'id="resident-cpu"' in dom and 'data-adapter="' in dom  # adapters resident in the tiers
+    # Every chart drew points from the server's own history (the session's traffic so far), not only a frame.
+    charts = dict(re.findall(r'data-chart="([a-z]+)"[^>]*data-points="(\d+)"', dom))
+    assert set(charts) == {"ttft", "tpot", "requests", "tokens", "load", "budget", "residency"}, charts
+    assert all(int(points) > 0 for points in charts.values()), charts
 
 
 def _log_records(request_id: str) -> list[dict]:

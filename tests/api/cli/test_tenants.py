@@ -66,10 +66,14 @@ def test_keys_create_keeps_the_rest_of_the_file(config_path, capsys):
     assert after == before
 
 
-def test_keys_create_admin(config_path, capsys):
-    assert run(["keys", "create", "--admin", "--config", str(config_path)]) == 0
+@pytest.mark.parametrize(("flag", "principal"), [
+    ("--admin", Principal(None, True, reads_metrics=True)),
+    ("--metrics", Principal(None, False, reads_metrics=True)),
+])
+def test_keys_create_admin_and_metrics(config_path, capsys, flag, principal):
+    assert run(["keys", "create", flag, "--config", str(config_path)]) == 0
     key = capsys.readouterr().out.strip()
-    assert KeyRing(load_tenancy_config(config_path)).authenticate(key) == Principal(None, True)
+    assert KeyRing(load_tenancy_config(config_path)).authenticate(key) == principal
 
 
 def test_two_keys_for_one_tenant_both_work(config_path, capsys):

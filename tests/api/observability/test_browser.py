@@ -13,8 +13,6 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tests import browser
-from tests.browser import BrowserError, find_chromium, render_page
 from api.observability.dashboard import DASHBOARD_HTML, dashboard_snapshot
 from api.observability.history import History
 from api.observability.history_buckets import SloPoint
@@ -23,6 +21,8 @@ from api.observability.labels import LabelBounder
 from api.observability.plotly_asset import plotly_js_path
 from api.observability.request_metrics import AdmissionCounts, Metrics
 from api.observability.slo import DEFAULT_SLO
+from tests import browser
+from tests.browser import BrowserError, find_chromium, render_page
 
 KEY = "s3cret"
 REPO = Path(__file__).resolve().parents[3]
@@ -90,6 +90,7 @@ def server(outcome, clock):
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 (http.server's naming)
             path, query = urlsplit(self.path).path, parse_qs(urlsplit(self.path).query)
+            seen_auth.extend(["URL: " + self.path] if KEY in self.path else [])  # a key in a URL gets logged
             if path in ("/dashboard/data", "/dashboard/history"):
                 seen_auth.append(self.headers.get("Authorization"))
             if path == "/dashboard/data":
@@ -197,7 +198,7 @@ class Dom(HTMLParser):
 def test_dashboard_renders_rows_in_chromium(server, tmp_path):
     base, seen_auth, _, _, _ = server
     png = tmp_path / "dashboard.png"
-    dom = Dom(render_page(f"{base}/dashboard?key={KEY}", png, wait_ms=3000))
+    dom = Dom(render_page(f"{base}/dashboard#key={KEY}", png, wait_ms=3000))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert seen_auth and set(seen_auth) == {f"Bearer {KEY}"}
 
@@ -232,7 +233,7 @@ def test_dashboard_shows_refused_data(server, tmp_path):
 def test_dashboard_draws_every_chart_in_chromium(server, tmp_path):
     base, seen_auth, seen_history, history, clock = server
     png = REPO / "artifacts" / "dashboard-charts.png"  # docs/dashboard.png is a copy of it
-    dom = Dom(render_page(f"{base}/dashboard?key={KEY}", png, wait_ms=8000))
+    dom = Dom(render_page(f"{base}/dashboard#key={KEY}", png, wait_ms=8000))
     assert set(seen_auth) == {f"Bearer {KEY}"}
     assert seen_history and seen_history[0] == {"resolution": ["10s"], "group": ["all"]}
     assert not dom.ids.get("history-error")
@@ -251,7 +252,7 @@ def test_dashboard_draws_every_chart_in_chromium(server, tmp_path):
 @needs_chromium
 def test_charts_of_one_model_by_the_minute(server, tmp_path):
     base, _, seen_history, history, clock = server
-    dom = Dom(render_page(f"{base}/dashboard?key={KEY}&group=model%3Asupport%403&resolution=1m",
+    dom = Dom(render_page(f"{base}/dashboard?group=model%3Asupport%403&resolution=1m#key={KEY}",
                           tmp_path / "model.png", wait_ms=8000))
     assert seen_history[0] == {"resolution": ["1m"], "group": ["model:support@3"]}
     data = history_json(history, "1m", "model:support@3", clock.now)

@@ -6,8 +6,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from api.errors import OpenAIError
 from api.auth import Caller
+from api.errors import OpenAIError
 from api.ops.usage import parse_time, usage_filters, usage_limit
 
 NOW = 1_764_700_000.0

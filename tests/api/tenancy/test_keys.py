@@ -10,6 +10,7 @@ from api.tenancy.keys import KeyRing, Principal, bearer_token, generate_key, has
 
 ACME_KEYS = ["lpx-acme-one", "lpx-acme-two"]
 HOBBY_KEY = "lpx-hobby"
+METRICS_KEY = "lpx-metrics-reader"
 ADMIN_KEY = "lpx-admin"
 
 
@@ -17,6 +18,7 @@ ADMIN_KEY = "lpx-admin"
 def ring() -> KeyRing:
     config = parse_tenancy_config({
         "admin_key_hashes": [hash_key(ADMIN_KEY)],
+        "metrics_key_hashes": [hash_key(METRICS_KEY)],
         "tenants": [
             {"name": "acme", "key_hashes": [hash_key(k) for k in ACME_KEYS]},
             {"name": "hobby", "key_hashes": [hash_key(HOBBY_KEY)]},
@@ -57,7 +59,8 @@ def test_bearer_token(header, token):
     (ACME_KEYS[0], Principal("acme", False)),
     (ACME_KEYS[1], Principal("acme", False)),
     (HOBBY_KEY, Principal("hobby", False)),
-    (ADMIN_KEY, Principal(None, True)),
+    (ADMIN_KEY, Principal(None, True, reads_metrics=True)),
+    (METRICS_KEY, Principal(None, False, reads_metrics=True)),
     ("lpx-wrong", None),
     (ACME_KEYS[0] + " ", None),
     (hash_key(HOBBY_KEY), None),  # the stored hash is not a key
@@ -71,7 +74,7 @@ def test_authenticate(ring, presented, principal):
 def test_a_key_listed_for_a_tenant_and_as_admin_is_both():
     config = parse_tenancy_config({"admin_key_hashes": [hash_key("k")],
                                    "tenants": [{"name": "ops", "key_hashes": [hash_key("k")]}]})
-    assert KeyRing(config).authenticate("k") == Principal("ops", True)
+    assert KeyRing(config).authenticate("k") == Principal("ops", True, reads_metrics=True)
 
 
 @pytest.mark.parametrize("presented", [ADMIN_KEY, ACME_KEYS[0], HOBBY_KEY, "lpx-wrong"])
@@ -85,11 +88,11 @@ def test_every_stored_hash_is_compared_whatever_matches(ring, monkeypatch, prese
 
     monkeypatch.setattr(keys.hmac, "compare_digest", counting)
     ring.authenticate(presented)
-    assert ring.size == 4
-    assert len(compared) == 4 and len(set(compared)) == 4
+    assert ring.size == 5
+    assert len(compared) == 5 and len(set(compared)) == 5
 
 
 def test_open_default_admits_everyone_as_the_default_tenant():
     ring = KeyRing(TenancyConfig.open_default())
     for presented in (None, "", "anything"):
-        assert ring.authenticate(presented) == Principal("default", True)
+        assert ring.authenticate(presented) == Principal("default", True, reads_metrics=True)

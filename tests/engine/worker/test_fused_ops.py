@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.worker.fused_ops import FusedWeightCache, fused_expand, fused_shrink
 from engine.worker.batch_plan import plan_batch
+from engine.worker.fused_ops import FusedWeightCache, fused_expand, fused_shrink
 
 SLICES = (12, 6, 6)
 MAX_RANK, HIDDEN = 8, 16

@@ -9,7 +9,6 @@ from engine.worker.batch_plan import plan_batch
 from engine.worker.grouped_ops import grouped_expand, grouped_shrink
 from tests.engine.worker.reference import reference_lora
 
-
 CASES = {
     "mixed and interleaved": [0, 1, -1, 2, 0, 1, 1, -1],
     "single token": [1],

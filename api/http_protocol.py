@@ -1,0 +1,45 @@
+"""uvicorn's httptools protocol with a bound on the request head (request line plus headers).
+
+httptools accepts heads of any size and concatenates them as they arrive (an 8 MB URL and a 20 MB header
+were accepted, at a cost growing with the square of their size). Here the bytes of a head are counted as they
+arrive, before parsing: past the limit the client gets a 431 and the connection is closed. h11 bounds heads
+too, but it is pure Python and under a fast stream it delayed other connections by seconds.
+"""
+
+from __future__ import annotations
+
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+
+def bounded_protocol(max_head_bytes: int) -> type[HttpToolsProtocol]:
+    """The protocol class for uvicorn's `http` setting, with its limit."""
+
+    class BoundedHttpToolsProtocol(HttpToolsProtocol):
+        _head_bytes = 0
+        _in_head = True
+
+        def data_received(self, data: bytes) -> None:
+            if self._in_head:
+                self._head_bytes += len(data)
+                if self._head_bytes > max_head_bytes:
+                    self._refuse_head()
+                    return
+            super().data_received(data)
+
+        def on_headers_complete(self) -> None:
+            self._in_head = False
+            super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            self._in_head, self._head_bytes = True, 0
+            super().on_message_complete()
+
+        def _refuse_head(self) -> None:
+            message = f"The request line and headers exceed {max_head_bytes} bytes.".encode()
+            self.transport.write(b"".join([
+                STATUS_LINE[431], b"content-type: text/plain; charset=utf-8\r\n",
+                b"content-length: " + str(len(message)).encode() + b"\r\n", b"connection: close\r\n\r\n", message,
+            ]))
+            self.transport.close()
+
+    return BoundedHttpToolsProtocol
