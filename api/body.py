@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
@@ -13,7 +13,8 @@ from api.errors import bad_request, from_validation_error
 Body = TypeVar("Body", bound=BaseModel)
 
 
-async def parse_body(request: Request, model: type[Body]) -> Body:
+async def read_json_object(request: Request) -> dict[str, Any]:
+    """The body as a JSON object; 400 when it is not JSON or not an object."""
     raw = await request.body()
     try:
         payload = json.loads(raw)
@@ -21,6 +22,11 @@ async def parse_body(request: Request, model: type[Body]) -> Body:
         raise bad_request(f"The request body is not valid JSON: {e}", code="invalid_json") from e
     if not isinstance(payload, dict):
         raise bad_request("The request body must be a JSON object.", code="invalid_json")
+    return payload
+
+
+async def parse_body(request: Request, model: type[Body]) -> Body:
+    payload = await read_json_object(request)
     try:
         return model.model_validate(payload)
     except ValidationError as e:

@@ -8,6 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from api.errors import OpenAIError
 from api.observability.dashboard import DASHBOARD_HTML, STATIC_DIR
+from api.ops.readiness import liveness, readiness
 from api.ops.usage import usage_filters, usage_limit
 
 ops_router = APIRouter(tags=["operations"])
@@ -16,20 +17,14 @@ ops_router = APIRouter(tags=["operations"])
 @ops_router.get("/health")
 async def health(request: Request) -> Response:
     """Alive: the process answers and the engine has not died."""
-    if not request.app.state.server.engine.is_alive():
-        raise OpenAIError(503, "The engine is not running.", code="engine_dead")
-    return JSONResponse({"status": "ok"})
+    return JSONResponse(liveness(request.app.state.server.engine))
 
 
 @ops_router.get("/ready")
 async def ready(request: Request) -> Response:
     """Ready for traffic: engine started and model loaded, not draining."""
     server = request.app.state.server
-    if server.lifecycle.draining:
-        raise OpenAIError(503, "The server is draining.", code="draining")
-    if not server.lifecycle.ready or not server.engine.is_alive():
-        raise OpenAIError(503, "The server is starting.", code="not_ready")
-    return JSONResponse({"status": "ready", "model": server.engine.model_id})
+    return JSONResponse(readiness(server.lifecycle, server.engine))
 
 
 @ops_router.get("/metrics")
