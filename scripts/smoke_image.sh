@@ -78,7 +78,7 @@ stream=$(curl -fsSN "$URL/v1/chat/completions" -H 'content-type: application/jso
     -d '{"model": "poet", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": true}')
 grep -q '"chat.completion.chunk"' <<<"$stream" || fail "no chunk in the stream: $stream"
 grep -q '"model":"poet@1"' <<<"$stream" || fail "the stream was not served by poet@1: $stream"
-[ "$(tail -n 2 <<<"$stream" | head -n 1)" = "data: [DONE]" ] || fail "the stream did not end with [DONE]"
+[ "$(grep '^data: ' <<<"$stream" | tail -n 1)" = "data: [DONE]" ] || fail "the stream did not end with [DONE]"
 say "streaming chat with poet: $(grep -c '^data: {' <<<"$stream") chunks, then [DONE]"
 
 invocation=$(curl -fsS "$URL/invocations" -H 'content-type: application/json' \
