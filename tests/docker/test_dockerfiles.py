@@ -113,6 +113,18 @@ def test_final_stage_contract(name):
 
 
 @pytest.mark.parametrize("name", sorted(DOCKERFILES))
+def test_every_variable_a_stage_uses_is_declared_in_it(name):
+    """An ARG before the first FROM is only seen by FROM lines: a stage reading it must declare it again."""
+    for stage in stages(DOCKERFILES[name]):
+        declared = {args.split("=")[0] for args in stage.all("ARG")}
+        environment = {m for args in stage.all("ENV") for m in re.findall(r"(?:^| )(\w+)=", args)}
+        for keyword in ("LABEL", "RUN", "ENV"):
+            for args in stage.all(keyword):
+                used = set(re.findall(r"\$\{(\w+)\}", args)) | set(re.findall(r'"\$(\w+)"', args))
+                assert used <= declared | environment | {"PATH"}, f"{keyword} {args}"
+
+
+@pytest.mark.parametrize("name", sorted(DOCKERFILES))
 def test_demo_assets_are_generated_where_the_image_looks_for_them(name):
     build, final = stages(DOCKERFILES[name])
     generate = [run for run in build.all("RUN") if "ensure_demo_assets" in run]
