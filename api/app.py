@@ -10,10 +10,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api.admin.router import admin_router
 from api.errors import OpenAIError, from_http_status, from_validation_error
 from api.middleware import RequestIdMiddleware
 from api.openai.router import router
-from api.admin.router import admin_router
 from api.ops.router import ops_router
 from api.sagemaker.router import sagemaker_router
 from api.server import Server

@@ -16,7 +16,7 @@ from adapters.home import demo_home
 from adapters.registry import Registry, RegistryConfig
 from adapters.validation import AdapterValidationError
 from api.cli.flags import add_config_arguments, config_from_args
-from api.sagemaker.environment import MODEL_DIR, PORT_ENV, bound_port, model_artifacts
+from api.sagemaker.environment import MODEL_DIR, PORT_ENV, ModelArtifacts, bound_port, model_artifacts
 from api.server import ServingOptions, TierSizes, build_server
 from api.tenancy.config import ConfigError, TenancyConfig, load_tenancy_config
 from engine.config import EngineConfig
@@ -65,6 +65,16 @@ def parse_adapter_flag(value: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
+def startup_model(flag_model: str | None, flags: list[tuple[str, Path]],
+                  artifacts: ModelArtifacts) -> tuple[str | None, list[tuple[str, Path]]]:
+    """The checkpoint to serve and the adapters to publish at start, given a SageMaker host's artefacts: --model,
+    else the artefacts' checkpoint, else None (the embedded default); the artefacts' adapters, then --adapter's."""
+    model = flag_model
+    if model is None and artifacts.model_dir is not None:
+        model = str(artifacts.model_dir)
+    return model, list(artifacts.adapters) + flags
+
+
 def _publish_startup_adapters(registry: Registry, flags: list[tuple[str, Path]]) -> list[str]:
     """Pushes the demo and --adapter folders; unchanged content keeps its version. Every problem at once."""
     lines, problems = [], []
@@ -103,12 +113,7 @@ def serve(args: argparse.Namespace) -> None:
         flags = [parse_adapter_flag(v) for v in args.adapter]
     except ValueError as e:
         raise SystemExit(f"--adapter: {e}") from e
-    # A SageMaker host's model artefacts: its checkpoint unless --model is given, its adapters in any case.
-    artifacts = model_artifacts(MODEL_DIR)
-    flags = list(artifacts.adapters) + flags
-    model = args.model
-    if model is None and artifacts.model_dir is not None:
-        model = str(artifacts.model_dir)
+    model, flags = startup_model(args.model, flags, model_artifacts(MODEL_DIR))
     if model is None:
         demo = ensure_demo_assets(demo_home())
         model = str(demo.model_dir)

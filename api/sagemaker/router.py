@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from api.body import read_json_object
+from api.generation.request import GenerationService
 from api.openai.router import run_generation
 from api.ops.readiness import readiness
 from api.sagemaker.protocol import CUSTOM_ATTRIBUTES_HEADER
@@ -25,7 +27,7 @@ async def invocations(request: Request) -> Response:
     """An OpenAI chat (`messages`) or completions (`prompt`) body, streamed when it says `stream: true`."""
     server = request.app.state.server
 
-    async def parse():
+    async def parse() -> tuple[BaseModel, GenerationService]:
         payload = await read_json_object(request)
         return server.sagemaker.request_of(payload, request.headers.get(CUSTOM_ATTRIBUTES_HEADER))
 

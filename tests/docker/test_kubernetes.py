@@ -34,8 +34,8 @@ STARTUP_WINDOW_S = {"cpu": (120, 600), "canary": (120, 600), "gpu": (600, 3600)}
 
 @functools.cache
 def render(kustomization: str) -> tuple[dict, ...]:
-    result = subprocess.run([tool("kubectl"), "kustomize", str(K8S / kustomization)], capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run([tool("kubectl"), "kustomize", str(K8S / kustomization)], check=False,
+                            capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
 
