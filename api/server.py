@@ -38,6 +38,7 @@ from api.observability.tracing import Tracing
 from api.openai.chat import ChatService
 from api.openai.completion import CompletionService
 from api.openai.models import ModelCatalog
+from api.sagemaker.serving import InvocationService
 from api.tenancy.admission import FairAdmission
 from api.tenancy.config import TenancyConfig
 from api.tenancy.ledger import UsageLedger, default_ledger_path
@@ -98,6 +99,7 @@ class Server:
     chat: ChatService = field(init=False)
     completion: CompletionService = field(init=False)
     admin: AdminService = field(init=False)
+    sagemaker: InvocationService = field(init=False)
 
     def __post_init__(self) -> None:
         self._sampler: asyncio.Task[None] | None = None
@@ -105,6 +107,7 @@ class Server:
         self.completion = CompletionService(self.pipeline)
         self.admin = AdminService(self.registry, self.tiers, self.options.max_upload_bytes,
                                   self.options.prewarm_on_promote)
+        self.sagemaker = InvocationService(self.chat, self.completion, self.engine.model_id)
 
     async def started(self) -> None:
         """After the engine started: listen to its steps, warm the pinned adapters, then report ready."""

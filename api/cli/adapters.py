@@ -11,7 +11,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from adapters.base_model import BaseModelError, base_model_spec
 from adapters.demo.assets import ensure_demo_assets
-from adapters.home import data_home
+from adapters.home import demo_home
 from adapters.identity import STABLE, parse_model_ref, version_label
 from adapters.registry import Registry, RegistryConfig
 from adapters.validation import AdapterValidationError
@@ -87,7 +87,7 @@ def _open_registry(args: argparse.Namespace) -> Registry:
     if args.adapters_command == "push":
         base_dir = args.base_model
         if base_dir is None:
-            base_dir = ensure_demo_assets(data_home()).model_dir
+            base_dir = ensure_demo_assets(demo_home()).model_dir
         base = base_model_spec(base_dir)
     return Registry.from_config(config, base, args.max_lora_rank)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import typing
 from pathlib import Path
@@ -11,12 +12,13 @@ from pydantic import BaseModel, Field, ValidationError
 
 from adapters.base_model import BaseModelError, base_model_spec
 from adapters.demo.assets import ensure_demo_assets
-from adapters.home import data_home
+from adapters.home import demo_home
 from adapters.registry import Registry, RegistryConfig
 from adapters.validation import AdapterValidationError
 from api.cli.flags import add_config_arguments, config_from_args
 from api.input_limits import InputLimits
 from api.lifecycle import DrainingServer, http_config
+from api.sagemaker.environment import MODEL_DIR, PORT_ENV, ModelArtifacts, bound_port, model_artifacts
 from api.server import ServingOptions, TierSizes, build_server
 from api.tenancy.config import ConfigError, TenancyConfig, load_tenancy_config
 from engine.config import EngineConfig
@@ -26,7 +28,8 @@ class ServerConfig(BaseModel):
     """Where and how the HTTP server listens."""
 
     host: str = Field(default="127.0.0.1", description="Address to bind.")
-    port: int = Field(default=8000, ge=0, le=65535, description="TCP port to bind.")
+    port: int = Field(default=8000, ge=0, le=65535,
+                      description=f"TCP port to bind; ${PORT_ENV}, when set, overrides it.")
     log_level: typing.Literal["debug", "info", "warning", "error"] = Field(default="info",
                                                                           description="Log level.")
 
@@ -36,11 +39,14 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
         "serve",
         help="Serve the base model and LoRA adapters over the OpenAI API.",
         description="Serve a base model and LoRA adapters over the OpenAI API. Without --model, serves the "
-        "embedded default: a tiny Llama and demo adapters generated once under $LORAPLEX_HOME "
-        "(default ~/.local/share/loraplex).",
+        "embedded default: a tiny Llama and demo adapters generated once under $LORAPLEX_DEMO_HOME, else "
+        f"$LORAPLEX_HOME (default ~/.local/share/loraplex). When {MODEL_DIR}/config.json exists (a SageMaker "
+        f"model artefact), that checkpoint is the default instead; adapter folders in {MODEL_DIR}/adapters/NAME/ "
+        "are published like --adapter.",
     )
     serve.add_argument("--model", default=None,
-                       help="Path of a local Hugging Face Llama-family checkpoint (default: the embedded demo model).")
+                       help=f"Path of a local Hugging Face Llama-family checkpoint (default: {MODEL_DIR} when it holds "
+                       "one, else the embedded demo model).")
     serve.add_argument("--adapter", action="append", default=[], metavar="NAME=PATH",
                        help="Publish the PEFT LoRA adapter folder PATH to the registry as NAME at start "
                        "(a new version only if its content changed), and serve it (repeatable).")
@@ -60,6 +66,16 @@ def parse_adapter_flag(value: str) -> tuple[str, Path]:
     if not sep or not name or not path:
         raise ValueError(f"expected NAME=PATH, got {value!r}")
     return name, Path(path)
+
+
+def startup_model(flag_model: str | None, flags: list[tuple[str, Path]],
+                  artifacts: ModelArtifacts) -> tuple[str | None, list[tuple[str, Path]]]:
+    """The checkpoint to serve and the adapters to publish at start, given a SageMaker host's artefacts: --model,
+    else the artefacts' checkpoint, else None (the embedded default); the artefacts' adapters, then --adapter's."""
+    model = flag_model
+    if model is None and artifacts.model_dir is not None:
+        model = str(artifacts.model_dir)
+    return model, list(artifacts.adapters) + flags
 
 
 def _publish_startup_adapters(registry: Registry, flags: list[tuple[str, Path]]) -> list[str]:
@@ -89,7 +105,7 @@ def _tenancy(path: str | None) -> TenancyConfig:
 
 
 def serve(args: argparse.Namespace) -> None:
-    # vLLM and uvicorn load here, not at import: `loraplex adapters ...` and `keys ...` start without them.
+    # vLLM loads here, not at import: `loraplex adapters ...` and `keys ...` start without it.
     from api.app import create_app
     from engine.async_engine import LoraplexEngine
 
@@ -97,13 +113,17 @@ def serve(args: argparse.Namespace) -> None:
         flags = [parse_adapter_flag(v) for v in args.adapter]
     except ValueError as e:
         raise SystemExit(f"--adapter: {e}") from e
-    model = args.model
+    model, flags = startup_model(args.model, flags, model_artifacts(MODEL_DIR))
     if model is None:
-        demo = ensure_demo_assets(data_home())
+        demo = ensure_demo_assets(demo_home())
         model = str(demo.model_dir)
         flags = list(demo.adapter_dirs.items()) + flags
     try:
-        server_config = config_from_args(ServerConfig, args)
+        port = bound_port(os.environ)
+    except ValueError as e:
+        raise SystemExit(str(e)) from e
+    try:
+        server_config = config_from_args(ServerConfig, args, **({} if port is None else {"port": port}))
         engine_config = config_from_args(EngineConfig, args, model=model)
         registry_config = config_from_args(RegistryConfig, args)
         options = config_from_args(ServingOptions, args)

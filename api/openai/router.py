@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -87,12 +87,17 @@ async def retrieve_model(model_id: str, request: Request) -> JSONResponse:
     return JSONResponse(card.model_dump(exclude_none=True))
 
 
-async def _generate(request: Request, body_cls: type[Body], service: GenerationService[Body]) -> Response:
+ParseBody = Callable[[], Awaitable[tuple[BaseModel, GenerationService]]]
+
+
+async def run_generation(request: Request, parse: ParseBody) -> Response:
+    """A generation route: the caller from its key, then `parse` (the body and the service that serves it),
+    then the work, cancelled if the client disconnects. A refusal before the work starts is counted."""
     server = request.app.state.server
     caller = None
     try:
         caller = caller_of(request)
-        body = await parse_body(request, body_cls, server.input_limits.max_json_depth)
+        body, service = await parse()
     except OpenAIError as e:
         server.metrics.observe_rejected(e.status, tenant=caller.tenant if caller else UNKNOWN)
         raise
@@ -100,6 +105,13 @@ async def _generate(request: Request, body_cls: type[Body], service: GenerationS
                              request_id=request_id_of(request.scope)):
         work = service.create(body, caller, request_id_of(request.scope))
         return _respond(await _until_disconnect(request, work))
+
+
+async def _generate(request: Request, body_cls: type[Body], service: GenerationService[Body]) -> Response:
+    async def parse() -> tuple[Body, GenerationService[Body]]:
+        return await parse_body(request, body_cls, request.app.state.server.input_limits.max_json_depth), service
+
+    return await run_generation(request, parse)
 
 
 @router.post("/v1/chat/completions")

@@ -12,6 +12,7 @@ from api.errors import OpenAIError, bad_request
 from api.observability.dashboard import DASHBOARD_HTML, STATIC_DIR
 from api.observability.history_json import history_json
 from api.observability.plotly_asset import plotly_js_path
+from api.ops.readiness import liveness, readiness
 from api.ops.usage import usage_filters, usage_limit
 
 ops_router = APIRouter(tags=["operations"])
@@ -22,20 +23,14 @@ MAX_GROUP_CHARS = 300
 @ops_router.get("/health")
 async def health(request: Request) -> Response:
     """Alive: the process answers and the engine has not died."""
-    if not request.app.state.server.engine.is_alive():
-        raise OpenAIError(503, "The engine is not running.", code="engine_dead")
-    return JSONResponse({"status": "ok"})
+    return JSONResponse(liveness(request.app.state.server.engine))
 
 
 @ops_router.get("/ready")
 async def ready(request: Request) -> Response:
     """Ready for traffic: engine started and model loaded, not draining."""
     server = request.app.state.server
-    if server.lifecycle.draining:
-        raise OpenAIError(503, "The server is draining.", code="draining")
-    if not server.lifecycle.ready or not server.engine.is_alive():
-        raise OpenAIError(503, "The server is starting.", code="not_ready")
-    return JSONResponse({"status": "ready", "model": server.engine.model_id})
+    return JSONResponse(readiness(server.lifecycle, server.engine))
 
 
 @ops_router.get("/metrics")

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from api.cli.serve import parse_adapter_flag
+from api.cli.serve import parse_adapter_flag, startup_model
+from api.sagemaker.environment import ModelArtifacts
 
 
 @pytest.mark.parametrize("flag,ok", [("a=/p", True), ("a=", False), ("=/p", False), ("a", False)])
@@ -12,3 +15,18 @@ def test_parse_adapter_flag(flag, ok):
     else:
         with pytest.raises(ValueError):
             parse_adapter_flag(flag)
+
+
+FLAG = [("legal", Path("/flags/legal"))]
+SUPPORT = (("support", Path("/opt/ml/model/adapters/support")),)
+
+
+@pytest.mark.parametrize(("flag_model", "artifacts", "model", "adapters"), [
+    (None, ModelArtifacts(None, ()), None, FLAG),
+    ("/m", ModelArtifacts(None, ()), "/m", FLAG),
+    (None, ModelArtifacts(Path("/opt/ml/model"), SUPPORT), "/opt/ml/model", [*SUPPORT, *FLAG]),
+    ("/m", ModelArtifacts(Path("/opt/ml/model"), SUPPORT), "/m", [*SUPPORT, *FLAG]),
+    (None, ModelArtifacts(None, SUPPORT), None, [*SUPPORT, *FLAG]),
+])
+def test_startup_model_prefers_the_flag_then_the_sagemaker_checkpoint(flag_model, artifacts, model, adapters):
+    assert startup_model(flag_model, FLAG, artifacts) == (model, adapters)
