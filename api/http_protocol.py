@@ -17,13 +17,18 @@ def bounded_protocol(max_head_bytes: int) -> type[HttpToolsProtocol]:
     class BoundedHttpToolsProtocol(HttpToolsProtocol):
         _head_bytes = 0
         _in_head = True
+        _tail = b""  # the last bytes of the head so far: its end may straddle two reads
 
         def data_received(self, data: bytes) -> None:
             if self._in_head:
-                self._head_bytes += len(data)
+                # Only the bytes up to the blank line that ends the head count; a body may follow in the same read.
+                joined = self._tail + data
+                end = joined.find(b"\r\n\r\n")
+                self._head_bytes += len(data) if end == -1 else end + 4 - len(self._tail)
                 if self._head_bytes > max_head_bytes:
                     self._refuse_head()
                     return
+                self._tail = joined[-3:]
             super().data_received(data)
 
         def on_headers_complete(self) -> None:
@@ -31,7 +36,7 @@ def bounded_protocol(max_head_bytes: int) -> type[HttpToolsProtocol]:
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:
-            self._in_head, self._head_bytes = True, 0
+            self._in_head, self._head_bytes, self._tail = True, 0, b""
             super().on_message_complete()
 
         def _refuse_head(self) -> None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -31,7 +30,6 @@ from api.observability.dashboard import dashboard_snapshot
 from api.observability.history import FINE, History
 from api.observability.history_events import HistoryTierEvents
 from api.observability.history_json import slo_points
-from api.observability.outcome import RequestOutcome
 from api.observability.request_metrics import AdmissionCounts, EngineGauges, Metrics
 from api.observability.requestlog import log_request
 from api.observability.tracing import Tracing
@@ -40,6 +38,7 @@ from api.openai.completion import CompletionService
 from api.openai.models import ModelCatalog
 from api.sagemaker.serving import InvocationService
 from api.tenancy.admission import FairAdmission
+from api.tenancy.billing import LedgerWriter
 from api.tenancy.config import TenancyConfig
 from api.tenancy.ledger import UsageLedger, default_ledger_path
 from api.tenancy.limits import TenantLimiter, day_start, month_start
@@ -49,6 +48,7 @@ from engine.types import EngineClient
 logger = logging.getLogger(__name__)
 
 HISTORY_SAMPLE_S = FINE.seconds
+BILLING_RETRY_S = 2.0
 
 
 class ServingOptions(BaseModel):
@@ -102,7 +102,7 @@ class Server:
     sagemaker: InvocationService = field(init=False)
 
     def __post_init__(self) -> None:
-        self._sampler: asyncio.Task[None] | None = None
+        self._background: list[asyncio.Task[None]] = []
         self.chat = ChatService(self.pipeline)
         self.completion = CompletionService(self.pipeline)
         self.admin = AdminService(self.registry, self.tiers, self.options.max_upload_bytes,
@@ -117,7 +117,8 @@ class Server:
         for name in self.pins:
             result = await self.admin.load(self.registry.resolve(parse_model_ref(name)))
             logger.info("pinned %s (%s)", result.model, result.found_in)
-        self._sampler = asyncio.create_task(self._sample_history())
+        self._background = [asyncio.create_task(self._sample_history()),
+                            asyncio.create_task(self._retry_billing())]
         self.lifecycle.ready = True
 
     async def _sample_history(self) -> None:
@@ -125,6 +126,13 @@ class Server:
         while True:
             self.sample_history()
             await asyncio.sleep(HISTORY_SAMPLE_S)
+
+    async def _retry_billing(self) -> None:
+        """Usage rows the ledger refused are retried until it takes them (their tenants are refused meanwhile)."""
+        while True:
+            await asyncio.sleep(BILLING_RETRY_S)
+            if self.pipeline.billing.pending:
+                await asyncio.to_thread(self.pipeline.billing.retry_pending)
 
     def sample_history(self) -> None:
         data = self.dashboard_data()
@@ -143,9 +151,10 @@ class Server:
         return dashboard_snapshot(self.metrics, residency, time.time())
 
     def close(self) -> None:
-        if self._sampler is not None:
-            self._sampler.cancel()
+        for task in self._background:
+            task.cancel()
         self.tracing.shutdown()
+        self.pipeline.billing.spill()
         self.ledger.close()
         self.registry.close()
 
@@ -188,20 +197,16 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
     lifecycle = Lifecycle()
     meter = ComputeMeter(tenancy.machine_cost_per_hour)
 
-    def record(outcome: RequestOutcome, finish: str) -> None:
-        if not ledger.record(outcome, finish):
-            # The client reused an X-Request-Id: the ledger keeps one row per id, and no request goes unbilled.
-            ledger.record(replace(outcome, request_id=f"{outcome.request_id}#{uuid.uuid4().hex[:12]}"), finish)
-
+    billing = LedgerWriter(ledger)
     sink = OutcomeSink([lambda outcome, finish: metrics.observe(outcome),
-                        lambda outcome, finish: history.record(outcome), record, log_request])
+                        lambda outcome, finish: history.record(outcome), billing.record, log_request])
     resolver = ModelResolver(engine.model_id, registry)
     pipeline = Pipeline(
         engine=engine, tenancy=tenancy, lifecycle=lifecycle,
         accounts=Accounts(sink, tenancy, PriceTable(tenancy), meter, metrics.in_flight, lifecycle),
         resolver=resolver, limits=TenantLimits(_limiters(tenancy, ledger)),
         admission=EngineAdmission(tenancy, queue, tracing), loader=AdapterLoader(tiers, tracing), tracing=tracing,
-        input_limits=input_limits,
+        input_limits=input_limits, billing=billing,
     )
     return Server(
         engine=engine, registry=registry, tenancy=tenancy, options=options, auth=Authenticator(tenancy),

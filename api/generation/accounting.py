@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from prometheus_client import Gauge
@@ -47,7 +47,8 @@ class OutcomeSink:
 
 @dataclass
 class RequestAccount:
-    """Created when a request arrives; `close` runs the cleanups (slots, reservations) then records it."""
+    """Created when a request arrives; `close` runs the cleanups (slots, reservations), records the outcome in
+    a worker thread (the ledger's commit stays off the event loop), then runs the `after_record` callbacks."""
 
     sink: OutcomeSink
     request_id: str
@@ -66,6 +67,7 @@ class RequestAccount:
     last_token_at: float | None = None
     gaps: list[float] = field(default_factory=list)
     cleanups: list[Callable[[RequestAccount], None]] = field(default_factory=list)
+    after_record: list[Callable[[], None]] = field(default_factory=list)
     closed: bool = False
 
     def on_tokens(self, count: int) -> None:
@@ -82,7 +84,21 @@ class RequestAccount:
         self.completion_tokens += count
         self.cost_usd += count * self.cost_per_token()
 
-    def close(self, status: int) -> RequestOutcome | None:
+    async def close(self, status: int) -> RequestOutcome | None:
+        """Once: gives back what the request took, records it, returns the outcome (None when already closed).
+        The record runs shielded, so a second cancellation of the closing task cannot lose it."""
+        outcome = self.finish(status)
+        if outcome is None:
+            return None
+        try:
+            await asyncio.shield(asyncio.to_thread(self.sink.record, outcome))
+        finally:
+            for callback in self.after_record:
+                callback()
+        return outcome
+
+    def finish(self, status: int) -> RequestOutcome | None:
+        """The synchronous half of `close`: cleanups and the outcome, not yet recorded."""
         if self.closed:
             return None
         self.closed = True
@@ -101,7 +117,6 @@ class RequestAccount:
             price_usd=self.price_of(self.prompt_tokens, self.completion_tokens), cost_usd=self.cost_usd,
             finished_at=time.time(),
         )
-        self.sink.record(outcome)
         return outcome
 
 
@@ -114,14 +129,14 @@ def failure_status(error: BaseException) -> int:
     return 500
 
 
-@contextmanager
-def closes_on_failure(account: RequestAccount) -> Iterator[RequestAccount]:
+@asynccontextmanager
+async def closes_on_failure(account: RequestAccount) -> AsyncIterator[RequestAccount]:
     """Whatever escapes the block (an error, a cancellation, anything) closes the account with its status
     before it propagates; a block that ends normally leaves the account open for whoever finishes it."""
     try:
         yield account
     except BaseException as e:
-        account.close(failure_status(e))
+        await account.close(failure_status(e))
         raise
 
 
@@ -146,5 +161,6 @@ class Accounts:
         self._in_flight.inc()
         account.cleanups.append(lambda a: self._in_flight.dec())
         self._lifecycle.enter()
-        account.cleanups.append(lambda a: self._lifecycle.leave())
+        # After the record: shutdown waits for the drain count to reach zero before it closes the ledger.
+        account.after_record.append(self._lifecycle.leave)
         return account

@@ -33,6 +33,7 @@ from api.generation.sse import framed_stream
 from api.input_limits import InputLimits
 from api.lifecycle import Lifecycle
 from api.observability.tracing import Tracing, traced
+from api.tenancy.billing import LedgerWriter
 from api.tenancy.config import TenancyConfig
 from engine.types import ChoiceDelta, EngineClient
 
@@ -50,6 +51,7 @@ class GenerationRequest(Protocol):
 
 Req = TypeVar("Req", bound=GenerationRequest)
 T = TypeVar("T")
+BILLING_RETRY_AFTER_S = 5
 # Inputs longer than this (characters) are tokenized in a worker thread.
 TOKENIZE_OFF_LOOP_CHARS = 16 * 1024
 
@@ -78,6 +80,7 @@ class Pipeline:
     loader: AdapterLoader
     tracing: Tracing
     input_limits: InputLimits
+    billing: LedgerWriter
 
 
 @dataclass(frozen=True)
@@ -139,9 +142,13 @@ class GenerationService(ABC, Generic[Req]):
         p = self.pipeline
         if p.lifecycle.draining:
             raise OpenAIError(503, "The server is shutting down.", code="draining")
+        if p.billing.is_blocked(caller.tenant):
+            raise OpenAIError(503, "Usage cannot be recorded right now, so this tenant is not served until it can "
+                              "be; retry later.", code="billing_unavailable",
+                              headers={"Retry-After": str(BILLING_RETRY_AFTER_S)})
         response_id = f"{self.response_prefix}-{uuid.uuid4().hex}"
         account = p.accounts.open(request_id or response_id, caller)
-        with closes_on_failure(account):
+        async with closes_on_failure(account):
             served = p.resolver.resolve(req.model, visibility_of(p.tenancy, caller))
             account.model, account.version = served.name, served.version
             tenant_cap = p.tenancy.tenant(caller.tenant).limits.max_tokens
@@ -157,6 +164,10 @@ class GenerationService(ABC, Generic[Req]):
                 events = self.stream_events(req, served, response_id, created, prepared.calls, deltas, account)
                 stream = traced(framed_stream(events, account), p.tracing, "stream", model=served.id)
                 return Reply(stream, headers, stream_account=account)
-            response = await self.collect(req, served, response_id, created, prepared.calls, deltas, account)
-        account.close(200)
+            try:
+                response = await self.collect(req, served, response_id, created, prepared.calls, deltas, account)
+            except asyncio.CancelledError:
+                account.completion_tokens = 0  # cut before the response went out: nothing was delivered
+                raise
+        await account.close(200)
         return Reply(response, headers)

@@ -41,5 +41,5 @@ async def framed_stream(events: AsyncIterator[str], account: RequestAccount) -> 
             status = 500
             yield sse(OpenAIError(500, "Internal server error.", code="internal_error").body())
     finally:
-        account.close(status)
+        await account.close(status)
     yield SSE_DONE

@@ -56,7 +56,7 @@ class AccountedStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             if self.account is not None:
-                self.account.close(STATUS_CLIENT_CLOSED)  # does nothing when the stream closed it
+                await self.account.close(STATUS_CLIENT_CLOSED)  # does nothing when the stream closed it
 
 
 def _respond(reply: Reply | Response) -> Response:

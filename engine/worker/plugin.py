@@ -5,8 +5,11 @@ vLLM loads it in every process it starts (front end, engine core, workers), whic
 
 from __future__ import annotations
 
+from engine.worker import orphan_guard
+
 
 def register() -> None:
+    orphan_guard.watch_parent()
     # vLLM calls this while it imports itself; its platform and LoRA modules are only safe to import now.
     from vllm.platforms import current_platform
 

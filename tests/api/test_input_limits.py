@@ -147,3 +147,13 @@ def test_oversized_headers_and_urls_are_refused_quickly(fake_app, fake_server, r
         assert time.monotonic() - started < 1.0
         assert answer == b"" or answer.split(b" ", 2)[1] == b"431", answer[:200]
         assert httpx.get(f"{running.url}/health", timeout=5).status_code == 200
+
+
+def test_a_large_body_after_a_small_head_is_not_a_large_head(fake_app, fake_server):
+    """The head's bound must not count the body that arrives in the same read."""
+    body = b'{"model": "fake-base", "prompt": "' + b"x" * 200_000 + b'", "max_tokens": 2}'
+    with RunningServer(fake_app, fake_server.lifecycle) as running:
+        response = httpx.post(f"{running.url}/v1/completions", content=body, timeout=30,
+                              headers={"content-type": "application/json"})
+        # Read whole and judged by the app (the fake model's context is 64 tokens), not refused as a head.
+        assert response.json()["error"]["code"] == "context_length_exceeded", response.text

@@ -4,7 +4,9 @@ the usage ledger after kill -9. Runs last among the end-to-end tests because it 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import sqlite3
 import threading
 import time
@@ -21,6 +23,13 @@ def test_dashboard_in_headless_chromium(server, keys, acme, base_model_id):
     for model in (base_model_id, "sql-helper"):
         httpx.post(f"{server}/v1/completions", headers=acme, timeout=60,
                    json={"model": model, "prompt": "hi", "max_tokens": 4})
+    # Gauges (budget, queue, residency) are sampled every 10 s: wait for a sample taken after this traffic.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        history = httpx.get(f"{server}/dashboard/history", headers=keys.admin_headers, timeout=30).json()
+        if any(v is not None for v in history["budget_remaining"]["availability"]):
+            break
+        time.sleep(1)
     png = ARTIFACTS / "dashboard.png"
     dom = render_page(f"{server}/dashboard#key={keys.admin}", png, wait_ms=8000)
     assert png.stat().st_size > 10_000
@@ -115,3 +124,21 @@ def test_ledger_survives_kill_9_during_load(server_process, keys, base_model_id,
     # A record commits just before its response's last byte, so responses in flight at the kill (at most one
     # per client thread) may have a record the client never saw complete.
     assert 0 <= sum(1 for s in rows.values() if s == 200) - len(completed) <= 8
+
+
+def test_engine_processes_die_with_a_server_killed_by_sigkill(server, server_process):
+    """Only the server process gets SIGKILL (not its group): vLLM's engine core and workers must follow."""
+    from tests.conftest import _alive, _descendants
+
+    server_process.ensure_running()
+    children = _descendants(server_process.proc.pid)
+    assert children, "the server has no engine processes to watch"
+    os.kill(server_process.proc.pid, signal.SIGKILL)
+    server_process.proc.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [pid for pid in children if _alive(pid)]
+    for pid in left:  # do not leave them running for the rest of the session
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"engine processes outlived the server by 15 s: {left}"

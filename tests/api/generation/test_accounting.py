@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -26,6 +27,7 @@ def account() -> tuple[RequestAccount, list]:
     recorded = []
     acc = RequestAccount(OutcomeSink([lambda outcome, finish: recorded.append((outcome.status, finish))]), "r1")
     acc.cleanups.append(lambda a: recorded.append("cleanup"))
+    acc.after_record.append(lambda: recorded.append("after record"))
     return acc, recorded
 
 
@@ -34,20 +36,28 @@ def account() -> tuple[RequestAccount, list]:
     (asyncio.CancelledError(), 499, "aborted"),
     (TypeError("unexpected"), 500, "error"),
 ])
-def test_anything_that_escapes_closes_the_account_once(error, status, finish):
+async def test_anything_that_escapes_closes_the_account_once(error, status, finish):
     acc, recorded = account()
     with pytest.raises(type(error)):
-        with closes_on_failure(acc):
+        async with closes_on_failure(acc):
             raise error
-    assert recorded == ["cleanup", (status, finish)]
-    assert acc.close(200) is None  # already closed: nothing runs twice
-    assert recorded == ["cleanup", (status, finish)]
+    assert recorded == ["cleanup", (status, finish), "after record"]
+    assert await acc.close(200) is None  # already closed: nothing runs twice
+    assert recorded == ["cleanup", (status, finish), "after record"]
 
 
-def test_a_block_that_ends_normally_leaves_the_account_open():
+async def test_a_block_that_ends_normally_leaves_the_account_open():
     acc, recorded = account()
-    with closes_on_failure(acc):
+    async with closes_on_failure(acc):
         pass
     assert recorded == [] and not acc.closed
-    acc.close(200)
-    assert recorded == ["cleanup", (200, "completed")]
+    await acc.close(200)
+    assert recorded == ["cleanup", (200, "completed"), "after record"]
+
+
+async def test_the_record_is_written_off_the_event_loop():
+    loop_thread = threading.get_ident()
+    threads = []
+    acc = RequestAccount(OutcomeSink([lambda outcome, finish: threads.append(threading.get_ident())]), "r1")
+    await acc.close(200)
+    assert threads and threads[0] != loop_thread

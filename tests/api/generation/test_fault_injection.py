@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from api.app import create_app
+from api.tenancy.ledger import LedgerError
 
 CHAT = {"model": "fake-base", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
@@ -134,3 +135,20 @@ async def test_a_stream_that_never_starts_still_closes_its_account(fake_app, fak
     assert taken(fake_server) == before
     rows = fake_server.ledger.query()
     assert len(rows) == 1 and rows[0]["status"] == 499 and rows[0]["completion_tokens"] == 0
+
+
+async def test_a_tenant_whose_usage_cannot_be_recorded_is_refused_until_it_can(make_fake_server, monkeypatch):
+    server = make_fake_server()
+    writer = server.pipeline.billing
+    monkeypatch.setattr(writer, "_delays", ())
+    real = server.ledger.record
+    monkeypatch.setattr(server.ledger, "record", lambda o, f: (_ for _ in ()).throw(LedgerError("disk full")))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(server)), base_url="http://f") as c:
+        assert (await c.post("/v1/chat/completions", json=CHAT)).status_code == 200  # served, its row pending
+        refused = await c.post("/v1/chat/completions", json=CHAT)
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "billing_unavailable"
+        assert refused.headers["retry-after"] == "5"
+        monkeypatch.setattr(server.ledger, "record", real)
+        assert writer.retry_pending() == 1
+        assert (await c.post("/v1/chat/completions", json=CHAT)).status_code == 200
+    assert len(server.ledger.query()) == 2  # the refused request never ran, so it has no row
