@@ -90,12 +90,15 @@ class RequestAccount:
         outcome = self.finish(status)
         if outcome is None:
             return None
-        try:
-            await asyncio.shield(asyncio.to_thread(self.sink.record, outcome))
-        finally:
-            for callback in self.after_record:
-                callback()
+        record = asyncio.ensure_future(asyncio.to_thread(self.sink.record, outcome))
+        # After the record, whether or not this task is still waiting for it (a shutdown may cancel it again).
+        record.add_done_callback(lambda done: self._recorded())
+        await asyncio.shield(record)
         return outcome
+
+    def _recorded(self) -> None:
+        for callback in self.after_record:
+            callback()
 
     def finish(self, status: int) -> RequestOutcome | None:
         """The synchronous half of `close`: cleanups and the outcome, not yet recorded."""
