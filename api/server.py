@@ -21,6 +21,7 @@ from api.auth import Authenticator
 from api.generation.accounting import Accounts, OutcomeSink
 from api.generation.adapter_loading import AdapterLoader
 from api.generation.admission import EngineAdmission
+from api.generation.cache_salt import CacheSalts
 from api.generation.limits import TenantLimits
 from api.generation.request import Pipeline
 from api.generation.resolve import ModelResolver
@@ -206,7 +207,7 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
         accounts=Accounts(sink, tenancy, PriceTable(tenancy), meter, metrics.in_flight, lifecycle),
         resolver=resolver, limits=TenantLimits(_limiters(tenancy, ledger)),
         admission=EngineAdmission(tenancy, queue, tracing), loader=AdapterLoader(tiers, tracing), tracing=tracing,
-        input_limits=input_limits, billing=billing,
+        input_limits=input_limits, billing=billing, cache_salts=CacheSalts(),
     )
     return Server(
         engine=engine, registry=registry, tenancy=tenancy, options=options, auth=Authenticator(tenancy),

@@ -89,6 +89,12 @@ def _logprobs_of(output, tokenizer, num_top: int) -> tuple[PositionLogprobs, ...
     return tuple(positions)
 
 
+def _prompt(prompt_token_ids: list[int], cache_salt: str | None) -> TokensPrompt:
+    if cache_salt is None:
+        return TokensPrompt(prompt_token_ids=prompt_token_ids)
+    return TokensPrompt(prompt_token_ids=prompt_token_ids, cache_salt=cache_salt)
+
+
 class LoraplexEngine:
     """Owns one AsyncLLM. Adapters are passed per request as LoRARequests keyed by name and content hash."""
 
@@ -170,14 +176,16 @@ class LoraplexEngine:
         prompt_token_ids: list[int],
         params: SamplingParams,
         adapter: LocatedAdapter | None,
+        cache_salt: str | None = None,
     ) -> AsyncIterator[list[ChoiceDelta]]:
-        """Yields, per engine step, the new output of each choice that advanced."""
+        """Yields, per engine step, the new output of each choice that advanced. Requests with different
+        `cache_salt`s never share prefix-cache blocks."""
         params.output_kind = RequestOutputKind.DELTA
         lora = self.lora_request(adapter) if adapter is not None else None
         tokenizer = self.tokenizer()
         try:
             async for out in self.llm.generate(
-                TokensPrompt(prompt_token_ids=prompt_token_ids), params, request_id, lora_request=lora
+                _prompt(prompt_token_ids, cache_salt), params, request_id, lora_request=lora
             ):
                 yield [
                     ChoiceDelta(
@@ -186,6 +194,7 @@ class LoraplexEngine:
                         token_ids=tuple(o.token_ids),
                         logprobs=_logprobs_of(o, tokenizer, params.logprobs or 0),
                         finish_reason=o.finish_reason,
+                        cached_prompt_tokens=out.num_cached_tokens or 0,
                     )
                     for o in out.outputs
                 ]

@@ -48,6 +48,7 @@ class ChoiceDelta:
     token_ids: tuple[int, ...]
     logprobs: tuple[PositionLogprobs, ...] | None = None
     finish_reason: str | None = None
+    cached_prompt_tokens: int = 0  # prompt tokens the engine found in its prefix cache (whole request)
 
 
 @dataclass
@@ -75,7 +76,8 @@ class EngineClient(Protocol):
     def tokenizer(self): ...
 
     def generate(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, adapter: LocatedAdapter | None
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, adapter: LocatedAdapter | None,
+        cache_salt: str | None = None,
     ) -> AsyncIterator[list[ChoiceDelta]]: ...
 
     async def abort(self, request_id: str) -> None: ...

@@ -60,6 +60,7 @@ class RequestAccount:
     cost_per_token: Callable[[], float] = lambda: 0.0
     arrival: float = field(default_factory=time.monotonic)
     prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  # of prompt_tokens, found in the engine's prefix cache
     completion_tokens: int = 0
     queue_seconds: float = 0.0
     cost_usd: float = 0.0

@@ -40,23 +40,25 @@ class EngineCall:
 
 
 async def run_calls(
-    engine: EngineClient, adapter: LocatedAdapter | None, calls: list[EngineCall], account: RequestAccount
+    engine: EngineClient, adapter: LocatedAdapter | None, calls: list[EngineCall], account: RequestAccount,
+    cache_salt: str | None = None,
 ) -> AsyncIterator[ChoiceDelta]:
-    """Deltas of every call, interleaved as they come, with choice indexes made global.
+    """Deltas of every call, interleaved as they come, with choice indexes made global. `cache_salt` keeps the
+    calls' prefix-cache blocks apart from other tenants' (`cache_salt.CacheSalts`).
 
     Raises OpenAIError on engine failure; a cancelled consumer aborts every call still running.
     """
     account.prompt_tokens = sum(len(c.prompt_token_ids) for c in calls)
     if len(calls) == 1:
         # The common case streams straight through: no pump task, no queue hop per engine step.
-        async for delta in _run_one(engine, adapter, calls[0], account):
+        async for delta in _run_one(engine, adapter, calls[0], account, cache_salt):
             yield delta
         return
     queue: asyncio.Queue[ChoiceDelta | OpenAIError | None] = asyncio.Queue()
 
     async def pump(call: EngineCall) -> None:
         try:
-            async for delta in _run_one(engine, adapter, call, account):
+            async for delta in _run_one(engine, adapter, call, account, cache_salt):
                 await queue.put(delta_with_offset(delta, call.choice_offset))
             await queue.put(None)
         except OpenAIError as e:  # handed to the consumer, which raises it in the request's context
@@ -81,14 +83,17 @@ async def run_calls(
 
 
 async def _run_one(engine: EngineClient, adapter: LocatedAdapter | None, call: EngineCall,
-                   account: RequestAccount) -> AsyncIterator[ChoiceDelta]:
+                   account: RequestAccount, cache_salt: str | None) -> AsyncIterator[ChoiceDelta]:
     """One engine request's deltas; counts tokens, maps failures to OpenAIError, aborts if left early."""
-    steps = engine.generate(call.request_id, call.prompt_token_ids, call.params, adapter)
-    finished = False
+    steps = engine.generate(call.request_id, call.prompt_token_ids, call.params, adapter, cache_salt)
+    finished = cached_counted = False
     try:
         async for step in steps:
             for delta in step:
                 account.on_tokens(len(delta.token_ids))
+                if not cached_counted:
+                    account.cached_prompt_tokens += delta.cached_prompt_tokens
+                    cached_counted = True
                 yield delta
         finished = True
     except OpenAIError:

@@ -26,6 +26,7 @@ from api.generation.accounting import Accounts, RequestAccount, closes_on_failur
 from api.generation.adapter_loading import AdapterLoader
 from api.generation.admission import EngineAdmission
 from api.generation.budget import OutputLimit
+from api.generation.cache_salt import CacheSalts
 from api.generation.fanout import EngineCall, run_calls
 from api.generation.limits import TenantLimits
 from api.generation.resolve import ModelResolver, ServedModel, visibility_of
@@ -81,6 +82,7 @@ class Pipeline:
     tracing: Tracing
     input_limits: InputLimits
     billing: LedgerWriter
+    cache_salts: CacheSalts
 
 
 @dataclass(frozen=True)
@@ -158,8 +160,9 @@ class GenerationService(ABC, Generic[Req]):
             adapter = await p.loader.enter(served, account)
             headers = {SERVED_MODEL_HEADER: served.id, **p.limits.headers(caller)}
             created = int(time.time())
-            deltas = traced(run_calls(self.engine, adapter, prepared.calls, account), p.tracing, "engine.generate",
-                            model=served.id, tenant=caller.tenant, request_id=account.request_id)
+            calls = run_calls(self.engine, adapter, prepared.calls, account, p.cache_salts.salt_of(caller.tenant))
+            deltas = traced(calls, p.tracing, "engine.generate", model=served.id, tenant=caller.tenant,
+                            request_id=account.request_id)
             if req.stream:
                 events = self.stream_events(req, served, response_id, created, prepared.calls, deltas, account)
                 stream = traced(framed_stream(events, account), p.tracing, "stream", model=served.id)

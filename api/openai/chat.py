@@ -24,9 +24,9 @@ from api.openai.protocol import (
     ChatTokenLogprob,
     DeltaMessage,
     TopLogprob,
-    Usage,
 )
 from api.openai.sampling import build_sampling_params
+from api.openai.usage import usage_of
 from engine.types import ChoiceDelta, PositionLogprobs
 
 
@@ -86,7 +86,7 @@ class ChatService(GenerationService[ChatCompletionRequest]):
                 token_ids=list(d.token_ids) if req.return_token_ids else None,
             )])
         if req.stream_options is not None and req.stream_options.include_usage:
-            yield chunk([], usage=Usage.of(account.prompt_tokens, account.completion_tokens))
+            yield chunk([], usage=usage_of(account))
 
     async def collect(self, req: ChatCompletionRequest, served: ServedModel, response_id: str, created: int,
                       calls: list[EngineCall], deltas: AsyncIterator[ChoiceDelta],
@@ -104,6 +104,6 @@ class ChatService(GenerationService[ChatCompletionRequest]):
         ]
         return ChatCompletionResponse(
             id=response_id, created=created, model=served.id, choices=choices,
-            usage=Usage.of(account.prompt_tokens, account.completion_tokens),
+            usage=usage_of(account),
             prompt_token_ids=calls[0].prompt_token_ids if req.return_token_ids else None,
         )

@@ -12,8 +12,9 @@ from api.generation.request import GenerationService
 from api.generation.resolve import ServedModel
 from api.generation.sse import sse
 from api.input_limits import check_request_size
-from api.openai.protocol import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, Usage
+from api.openai.protocol import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse
 from api.openai.sampling import build_sampling_params
+from api.openai.usage import usage_of
 from engine.types import ChoiceDelta, PositionLogprobs
 
 
@@ -81,7 +82,7 @@ class CompletionService(GenerationService[CompletionRequest]):
             yield sse(CompletionResponse(id=response_id, created=created, model=served.id, choices=[choice]))
         if req.stream_options is not None and req.stream_options.include_usage:
             yield sse(CompletionResponse(id=response_id, created=created, model=served.id, choices=[],
-                                         usage=Usage.of(account.prompt_tokens, account.completion_tokens)))
+                                         usage=usage_of(account)))
 
     async def collect(self, req: CompletionRequest, served: ServedModel, response_id: str, created: int,
                       calls: list[EngineCall], deltas: AsyncIterator[ChoiceDelta],
@@ -99,6 +100,6 @@ class CompletionService(GenerationService[CompletionRequest]):
         ]
         return CompletionResponse(
             id=response_id, created=created, model=served.id, choices=choices,
-            usage=Usage.of(account.prompt_tokens, account.completion_tokens),
+            usage=usage_of(account),
             prompt_token_ids=[c.prompt_token_ids for c in calls] if req.return_token_ids else None,
         )

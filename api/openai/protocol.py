@@ -106,15 +106,21 @@ class CompletionRequest(SamplingFields):
         return OutputLimit(self.max_tokens, "max_tokens")
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = Field(description="Prompt tokens found in the engine's prefix cache (this tenant's own).")
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
 
     @classmethod
-    def of(cls, prompt_tokens: int, completion_tokens: int) -> Usage:
+    def of(cls, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> Usage:
         return cls(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                   total_tokens=prompt_tokens + completion_tokens)
+                   total_tokens=prompt_tokens + completion_tokens,
+                   prompt_tokens_details=PromptTokensDetails(cached_tokens=cached_tokens))
 
 
 class TopLogprob(BaseModel):

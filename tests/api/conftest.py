@@ -33,6 +33,7 @@ class FakeEngine:
         self.hold: threading.Event | None = None
         self.aborted: list[str] = []
         self.requests: list[tuple] = []
+        self.salts: list[str | None] = []
 
     def start(self) -> None:
         pass
@@ -43,8 +44,9 @@ class FakeEngine:
     def tokenizer(self):
         return self._tokenizer
 
-    async def generate(self, request_id, prompt_token_ids, params, adapter):
+    async def generate(self, request_id, prompt_token_ids, params, adapter, cache_salt=None):
         self.requests.append((request_id, list(prompt_token_ids), params, adapter))
+        self.salts.append(cache_salt)
         count = min(self.tokens_per_request, params.max_tokens)
         for step in range(count):
             if self.fail_after is not None and step >= self.fail_after:

@@ -79,7 +79,8 @@ async def test_n_choices_and_usage(fake_client, fake_engine):
         "model": "fake-base", "prompt": [[1, 2, 3], [4, 5]], "n": 2, "max_tokens": 3})
     body = response.json()
     assert [c["index"] for c in body["choices"]] == [0, 1, 2, 3]
-    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 12, "total_tokens": 17}
+    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 12, "total_tokens": 17,
+                             "prompt_tokens_details": {"cached_tokens": 0}}
     assert len(fake_engine.requests) == 2
 
 
@@ -118,3 +119,13 @@ async def test_reused_request_id_is_still_billed(fake_client, fake_server):
     rows = [r for r in fake_server.ledger.query() if r["request_id"].startswith("dup-1")]
     assert len(rows) == 2 and rows[0]["request_id"] == "dup-1"
     assert all(r["completion_tokens"] == 4 for r in rows)
+
+
+async def test_each_tenant_gets_its_own_prefix_cache_salt(fake_client, fake_engine, fake_server):
+    """The open server has one tenant: every request carries that tenant's salt, a keyed hash of its name."""
+    for _ in range(2):
+        assert (await fake_client.post("/v1/chat/completions", json=CHAT)).status_code == 200
+    salts = set(fake_engine.salts)
+    assert len(salts) == 1 and None not in salts
+    assert salts == {fake_server.pipeline.cache_salts.salt_of("default")}
+    assert fake_server.pipeline.cache_salts.salt_of("other") not in salts
