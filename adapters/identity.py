@@ -16,6 +16,7 @@ from pathlib import Path
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 ALIAS_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 VERSION_PATTERN = re.compile(r"^[1-9][0-9]{0,8}$")
+MAX_VERSION = 999_999_999  # what VERSION_PATTERN allows; SQLite integers hold it
 STABLE = "stable"  # the alias a bare NAME resolves to
 
 CONFIG_FILE = "adapter_config.json"
@@ -37,8 +38,8 @@ def check_alias(alias: str) -> str:
 
 
 def check_version(version: int) -> int:
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise ValueError(f"version must be a positive integer, got {version!r}")
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= MAX_VERSION:
+        raise ValueError(f"version must be an integer in [1, {MAX_VERSION}], got {version!r}")
     return version
 
 

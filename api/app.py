@@ -7,13 +7,14 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.admin.router import admin_router
 from api.errors import OpenAIError, from_http_status, from_validation_error
 from api.middleware import BodyLimitMiddleware, RequestIdMiddleware
-from api.openai.router import router
+from api.openai.router import document_bodies, router
 from api.ops.router import ops_router
 from api.sagemaker.router import sagemaker_router
 from api.server import Server
@@ -62,6 +63,12 @@ def create_app(server: Server) -> FastAPI:
             server.close()
 
     app = FastAPI(title="loraplex", lifespan=lifespan)
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            app.openapi_schema = document_bodies(get_openapi(title=app.title, version=app.version, routes=app.routes))
+        return app.openapi_schema
+
     app.state.server = server
     app.include_router(router)
     app.include_router(admin_router)
@@ -74,4 +81,5 @@ def create_app(server: Server) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=server.input_limits.max_body_bytes,
                        upload_path=admin_router.prefix, max_upload_bytes=server.options.max_upload_bytes)
     app.add_middleware(RequestIdMiddleware)
+    app.openapi = openapi
     return app

@@ -183,7 +183,8 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
         max_running = tenancy.admission.max_running
     queue = FairAdmission(max_running, tenancy.admission.max_queued,
                           reserve_window_s=tenancy.admission.reserve_window_s,
-                          max_queued_per_tenant=tenancy.admission.max_queued_per_tenant)
+                          max_queued_per_tenant=tenancy.admission.max_queued_per_tenant,
+                          max_queue_wait_s=tenancy.admission.max_queue_wait_s)
     tiers = disk = None
     if tiers_sizes is not None:
         disk = AdapterDiskCache(tiers_sizes.disk_dir, tiers_sizes.disk_bytes, registry.store,

@@ -6,12 +6,12 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from adapters.identity import STABLE
+from adapters.identity import MAX_VERSION, STABLE
 from adapters.manifest import Manifest
 
 
 class PromoteRequest(BaseModel):
-    version: int = Field(ge=1, description="Version to point the alias at.")
+    version: int = Field(ge=1, le=MAX_VERSION, description="Version to point the alias at.")
     alias: str = Field(default=STABLE, description="Alias to move.")
 
 

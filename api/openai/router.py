@@ -122,3 +122,21 @@ async def chat_completions(request: Request) -> Response:
 @router.post("/v1/completions")
 async def completions(request: Request) -> Response:
     return await _generate(request, CompletionRequest, request.app.state.server.completion)
+
+
+BODIES = {"/v1/chat/completions": ChatCompletionRequest, "/v1/completions": CompletionRequest}
+
+
+def document_bodies(schema: dict) -> dict:
+    """The OpenAPI schema with the generation routes' request bodies, which they parse themselves (to apply the
+    input limits before validation), so FastAPI cannot see them."""
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for path, model in BODIES.items():
+        body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(body.pop("$defs", {}))
+        components[model.__name__] = body
+        schema["paths"][path]["post"]["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}},
+        }
+    return schema

@@ -169,13 +169,15 @@ class FairAdmission:
     _HOLD_SMOOTHING = 0.2
 
     def __init__(self, max_running: int, max_queued: int, clock: Callable[[], float] = time.monotonic,
-                 reserve_window_s: float = 0.0, max_queued_per_tenant: int | None = None):
+                 reserve_window_s: float = 0.0, max_queued_per_tenant: int | None = None,
+                 max_queue_wait_s: float | None = None):
         if max_running <= 0 or max_queued < 0 or reserve_window_s < 0:
             raise ValueError(f"need max_running > 0, max_queued >= 0 and reserve_window_s >= 0, got "
                              f"{max_running}, {max_queued}, {reserve_window_s}")
         self.max_running = max_running
         self.max_queued = max_queued
         self.max_queued_per_tenant = max_queued if max_queued_per_tenant is None else max_queued_per_tenant
+        self.max_queue_wait_s = max_queue_wait_s
         self._clock = clock
         self._window = reserve_window_s
         self._queue: FairQueue[tuple[asyncio.Future, Ticket]] = FairQueue()
@@ -203,7 +205,8 @@ class FairAdmission:
             self._grant(ticket, started)
             return ticket
         queued = len(self._queue)
-        if queued >= self.max_queued or self._queue.queued_of(tenant) >= self.max_queued_per_tenant:
+        if (queued >= self.max_queued or self._queue.queued_of(tenant) >= self.max_queued_per_tenant
+                or (self.max_queue_wait_s is not None and self.expected_wait(queued) > self.max_queue_wait_s)):
             self._forget_if_idle(tenant)
             raise QueueFull(self._retry_after(queued), queued)
         future: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -327,6 +330,9 @@ class FairAdmission:
         self._wake = None
         self._dispatch()
 
+    def expected_wait(self, queued: int) -> float:
+        """Rough wait behind `queued` requests: each slot frees once per mean hold time."""
+        return self._mean_hold_s * (queued + 1) / self.max_running
+
     def _retry_after(self, queued: int) -> float:
-        """Rough wait for the queue to move by one place per slot: mean hold time times queue depth."""
-        return max(1.0, self._mean_hold_s * (queued + 1) / self.max_running)
+        return max(1.0, self.expected_wait(queued))

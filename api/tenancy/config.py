@@ -74,6 +74,11 @@ class AdmissionConfig(_Strict):
     max_queued_per_tenant: int = Field(default=64, ge=0,
                                        description="Requests one tenant may have waiting: a flood fills its own "
                                                    "share of the queue, not everyone's.")
+    max_queue_wait_s: float | None = Field(
+        default=None, gt=0,
+        description="Refuse (503 with Retry-After) a request that would wait longer than this for a slot, judged "
+                    "from the queue ahead and the mean time a slot is held; keeps admitted requests within a "
+                    "time-to-first-token objective under overload. None: only the queue lengths bound waiting.")
     reserve_window_s: float = Field(
         default=2.0, ge=0,
         description="A tenant with requests in flight keeps free slots up to the smaller of its fair share and "

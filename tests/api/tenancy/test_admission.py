@@ -404,3 +404,23 @@ async def test_one_tenant_cannot_fill_the_whole_queue():
     for waiter in waiters[1:]:
         admission.release(await waiter)
     assert admission.running == 0
+
+
+async def test_a_request_that_would_wait_too_long_is_refused_at_once():
+    clock = FakeClock()
+    admission = FairAdmission(max_running=2, max_queued=100, clock=clock, max_queue_wait_s=1.2)
+    holders = [await admission.acquire("A", 1) for _ in range(2)]
+    clock.now += 1.0
+    for ticket in holders:  # mean hold time settles near 1 s
+        admission.release(ticket)
+    holders = [await admission.acquire("A", 1) for _ in range(2)]
+    waiting = [asyncio.create_task(admission.acquire("B", 1)) for _ in range(2)]
+    await settle_tasks()
+    assert admission.expected_wait(2) > 1.2 >= admission.expected_wait(1)
+    with pytest.raises(QueueFull) as e:
+        await admission.acquire("C", 1)  # two ahead, two slots, ~1 s each: longer than 1.2 s
+    assert e.value.retry_after_s >= 1.0
+    for ticket in holders:
+        admission.release(ticket)
+    for task in waiting:
+        admission.release(await task)
