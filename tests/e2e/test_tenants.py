@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import httpx
@@ -61,63 +60,6 @@ def test_requests_per_minute_and_max_tokens_cap(server, keys):
     usage = httpx.get(f"{server}/v1/usage", headers=tiny).json()
     assert {row["status"] for row in usage["data"]} == {200, 400, 429}
     assert all(row["tenant"] == "tiny" for row in usage["data"])
-
-
-def _usage_row(server: str, keys, request_id: str) -> dict:
-    rows = httpx.get(f"{server}/v1/usage", headers=keys.admin_headers, timeout=30,
-                     params={"tenant": "solo", "since": "10m", "limit": "10000"}).json()["data"]
-    return next(r for r in rows if r["request_id"] == request_id)
-
-
-def test_concurrency_cap(server, keys, base_model_id):
-    """While solo's one slot is held by a long stream, a second request is refused.
-
-    The stream stops being read after its first chunk, but the server can still finish it into socket buffers
-    (about 5 s for 1000 tokens). If the second request arrives only after that (a starved runner), the
-    precondition did not hold: the ledger says so by its times, and the scenario is run again, at most 3 times.
-    """
-    solo = keys.headers("solo")
-    attempts: list[dict] = []
-    for attempt in range(3):
-        started, release = threading.Event(), threading.Event()
-        long_id, second_id = f"cap-long-{attempt}-{time.time_ns()}", f"cap-second-{attempt}-{time.time_ns()}"
-
-        marks = {"begin": time.monotonic()}
-
-        def long_stream():
-            with httpx.stream("POST", f"{server}/v1/completions", headers={**solo, "X-Request-Id": long_id},
-                              timeout=120, json={"model": base_model_id, "prompt": "x", "max_tokens": 1000,
-                                                 "ignore_eos": True, "stream": True}) as response:
-                for _ in response.iter_lines():
-                    marks.setdefault("first line", time.monotonic())
-                    started.set()
-                    release.wait(60)
-
-        thread = threading.Thread(target=long_stream)
-        thread.start()
-        try:
-            assert started.wait(60)
-            marks["second sent"] = time.monotonic()
-            second = httpx.post(f"{server}/v1/completions", headers={**solo, "X-Request-Id": second_id},
-                                timeout=120, json={"model": base_model_id, "prompt": "hello", "max_tokens": 4})
-            marks["second back"] = time.monotonic()
-        finally:
-            release.set()
-            thread.join()
-        marks["stream read"] = time.monotonic()
-        if second.status_code == 429:
-            assert "max_concurrent" in second.json()["error"]["message"]
-            break
-        long_row, second_row = _usage_row(server, keys, long_id), _usage_row(server, keys, second_id)
-        second_arrived = second_row["created_at"] - second_row["e2e_s"]
-        assert second_arrived >= long_row["created_at"], (
-            f"the second request arrived while the stream held the slot and was not refused: {second.text}")
-        attempts.append({k: round(v - marks["begin"], 3) for k, v in marks.items()}
-                        | {"long e2e": long_row["e2e_s"], "long ttft": long_row["ttft_s"],
-                           "second arrived after long finished by": round(second_arrived - long_row["created_at"], 3)})
-    else:
-        raise AssertionError(f"three tries and the stream always ended before the second request arrived: {attempts}")
-    assert _complete(server, solo, base_model_id).status_code == 200
 
 
 def test_tokens_per_minute_reserves_max_tokens(server, keys, base_model_id):
