@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import shutil
 import stat
+import struct
 import tarfile
 import tempfile
 import zipfile
@@ -139,6 +140,11 @@ class _ArchiveReader:
         return members
 
     def _zip_members(self) -> list[_Member]:
+        entries = zip_entry_count(self._data)
+        if entries is None or entries > 4 * self._max_files:
+            # Refused from the end record, before zipfile reads (and holds) the whole central directory.
+            self._problems.append(f"the archive holds more than {4 * self._max_files} entries")
+            return []
         archive = zipfile.ZipFile(io.BytesIO(self._data))
         self._closers.append(archive.close)
         members, declared = [], 0
@@ -194,6 +200,17 @@ class _ArchiveReader:
             if member.parts in seen:
                 self._problems.append(f"{member.name!r} appears twice")
             seen.add(member.parts)
+
+
+def zip_entry_count(data: bytes) -> int | None:
+    """Entries a zip's end-of-central-directory record declares; None when it is missing or says ZIP64 (0xFFFF:
+    the real count is elsewhere, and no adapter needs that many files)."""
+    # The record is 22 bytes plus a comment of at most 65,535, at the very end.
+    at = data.rfind(b"PK\x05\x06", max(0, len(data) - 22 - 65535))
+    if at < 0 or at + 22 > len(data):
+        return None
+    (count,) = struct.unpack_from("<H", data, at + 10)
+    return None if count == 0xFFFF else count
 
 
 def _tar_kind(info: tarfile.TarInfo) -> str:

@@ -15,6 +15,7 @@ from adapters.validation import AdapterFacts
 # A single path component, so a manifest cannot name a file outside its version's folder.
 FILE_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
+MAX_DESCRIPTION_CHARS = 2000
 
 
 class ManifestFile(BaseModel):
@@ -34,7 +35,7 @@ class Manifest(BaseModel):
 
     name: str = Field(pattern=NAME_PATTERN.pattern, description="Adapter name.")
     version: int = Field(ge=1, description="Version number, allocated by the registry index.")
-    description: str = Field(default="", max_length=2000, description="Free text shown in listings.")
+    description: str = Field(default="", max_length=MAX_DESCRIPTION_CHARS, description="Free text shown in listings.")
     files: tuple[ManifestFile, ...] = Field(min_length=1, description="Stored files with their hashes.")
     content_hash: str = Field(
         pattern=SHA256_PATTERN,

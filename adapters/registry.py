@@ -25,7 +25,7 @@ from adapters.base_model import BaseModelSpec
 from adapters.home import data_home
 from adapters.identity import STABLE, ModelRef, check_alias, check_name, check_version, content_hash, version_label
 from adapters.index import RegistryIndex, VersionNotFound
-from adapters.manifest import Manifest, blob_key, build_manifest
+from adapters.manifest import MAX_DESCRIPTION_CHARS, Manifest, blob_key, build_manifest
 from adapters.store import BlobStore, open_store
 from adapters.validation import AdapterFacts, ValidationLimits, validate_adapter_dir
 
@@ -134,6 +134,8 @@ class Registry:
 
     def push_with_status(self, path: Path, name: str, description: str = "") -> tuple[Manifest, bool]:
         """Like push; the flag is False when the newest version already had this content."""
+        if len(description) > MAX_DESCRIPTION_CHARS:
+            raise ValueError(f"description is {len(description)} characters, more than {MAX_DESCRIPTION_CHARS}")
         facts = validate_adapter_dir(name, path, self.base, self.limits)
         reservation = self.index.reserve_version(name, content_hash(path), description)
         if reservation.existing is not None:

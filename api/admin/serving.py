@@ -99,6 +99,8 @@ class AdminService:
             manifest = await asyncio.to_thread(self.registry.push, folder, name, description)
         except AdapterValidationError as e:
             raise _invalid(e) from e
+        except ValueError as e:  # a description or name the registry refuses
+            raise bad_request(str(e), code="invalid_adapter") from e
         return self.describe(manifest)
 
     async def promote(self, name: str, version: int, alias: str) -> AliasView:

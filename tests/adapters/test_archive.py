@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from adapters.archive import ArchiveError, extract_archive
+from adapters.archive import ArchiveError, extract_archive, zip_entry_count
 from adapters.identity import content_hash
 
 MIB = 1024 * 1024
@@ -118,3 +118,22 @@ def test_destination_must_be_empty(tmp_path, adapter_files):
     with pytest.raises(ArchiveError, match="not empty"):
         extract_archive(tar_bytes(_ok(adapter_files)), dest, max_bytes=MIB)
     assert [p.name for p in dest.iterdir()] == ["keep"]
+
+
+def test_a_zip_declaring_too_many_entries_is_refused_before_its_directory_is_read(tmp_path):
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for i in range(300):
+            archive.writestr(f"f{i}.txt", b"")
+    with pytest.raises(ArchiveError, match="more than 256 entries"):
+        extract_archive(buffer.getvalue(), tmp_path / "out", max_bytes=10**6)
+
+
+@pytest.mark.parametrize(("data", "count"), [
+    (b"", None),
+    (b"not a zip", None),
+    (b"PK\x05\x06" + b"\0" * 6 + b"\x03\x00" + b"\0" * 10, 3),
+    (b"PK\x05\x06" + b"\0" * 6 + b"\xff\xff" + b"\0" * 10, None),  # ZIP64: the count is elsewhere
+])
+def test_zip_entry_count(data, count):
+    assert zip_entry_count(data) == count

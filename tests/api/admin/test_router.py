@@ -35,3 +35,17 @@ async def test_promote_body_errors_name_the_field(fake_client, body, param):
 async def test_rollback_of_an_unknown_adapter_is_404(fake_client):
     response = await fake_client.post("/v1/adapters/nope/rollback")
     assert response.status_code == 404 and response.json()["error"]["code"] == "adapter_not_found"
+
+
+async def test_an_upload_with_a_long_description_is_400(fake_client, demo_assets):
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for path in demo_assets.adapter_dirs["sql-helper"].iterdir():
+            archive.add(path, arcname=path.name)
+    response = await fake_client.post("/v1/adapters", params={"name": "long", "description": "d" * 3000},
+                                      content=buffer.getvalue(), headers={"content-type": "application/gzip"})
+    assert response.status_code == 400, response.text
+    assert "description" in response.json()["error"]["message"]
