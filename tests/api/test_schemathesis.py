@@ -5,7 +5,7 @@ The long run against the real engine is `scripts/fuzz_api.py` (docs/reliability.
 from __future__ import annotations
 
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 
 from api.app import create_app
 
@@ -20,7 +20,10 @@ def test_generated_requests_never_get_a_server_error(fake_server):
         operation = result.ok()
 
         @given(case=operation.as_strategy())
-        @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+        # No explain phase: it traces the whole process (sys.settrace), which slowed the e2e tests that follow in
+        # the same pytest process enough for a 1000-token stream to end before their next request.
+        @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
+                  phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink))
         def check(case) -> None:
             response = case.call()
             calls.append(f"{case.method} {case.path}")
