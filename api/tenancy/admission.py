@@ -86,14 +86,22 @@ class FairQueue(Generic[T]):
                 del self._fifos[tenant]
             elif (best is None or fifo[0] < best) and eligible(tenant):
                 best = fifo[0]
-        if best is None:
-            return None
-        self._fifos[best.tenant].popleft()
-        best.live = False
-        self._queued[best.tenant] -= 1
+        return None if best is None else self._take(best)
+
+    def pop_head(self, tenant: str) -> tuple[str, T]:
+        """The item `tenant` would start next (its FIFO's head, as `peek_first` found it)."""
+        fifo = self._fifos[tenant]
+        while not fifo[0].live:
+            fifo.popleft()
+        return self._take(fifo[0])
+
+    def _take(self, entry: _Entry[T]) -> tuple[str, T]:
+        self._fifos[entry.tenant].popleft()
+        entry.live = False
+        self._queued[entry.tenant] -= 1
         self._total -= 1
-        self._virtual_time = max(self._virtual_time, best.tag)
-        return best.tenant, best.item
+        self._virtual_time = max(self._virtual_time, entry.tag)
+        return entry.tenant, entry.item
 
     def peek_first(self, eligible: Callable[[str], bool]) -> tuple[str, T] | None:
         """What `pop_first(eligible)` would return, left in the queue."""
@@ -267,7 +275,7 @@ class FairAdmission:
             if not future.done() and not may_start(tenant, ticket.slots):
                 self._reserving = True
                 return
-            self._queue.pop_first(lambda t: t == tenant)
+            self._queue.pop_head(tenant)
             if future.done():  # cancelled; its owner has not run its cleanup yet
                 continue
             self._grant(ticket, now)

@@ -424,3 +424,16 @@ async def test_a_request_that_would_wait_too_long_is_refused_at_once():
         admission.release(ticket)
     for task in waiting:
         admission.release(await task)
+
+
+def test_peek_first_then_pop_head_take_the_same_item():
+    q: FairQueue[str] = FairQueue()
+    q.push("A", "a1", 1.0)
+    q.push("B", "b1", 1.0)
+    q.push("A", "a2", 1.0)
+    removed = q.push("B", "b2", 1.0)
+    q.remove(removed)
+    assert q.peek_first(lambda t: t == "B") == ("B", "b1")
+    assert q.pop_head("B") == ("B", "b1")
+    assert q.peek_first(lambda t: True) == ("A", "a1") and len(q) == 2
+    assert q.pop_head("A") == ("A", "a1") and q.queued() == {"A": 1}
