@@ -150,6 +150,7 @@ def train_one(model_dir: Path, name: str, spec: TrainSpec, pairs: list[tuple[str
     config_path = out / "adapter_config.json"
     adapter_config = json.loads(config_path.read_text())
     adapter_config["base_model_name_or_path"] = MODEL_ID  # not the training machine's path
+    adapter_config["target_modules"] = sorted(adapter_config["target_modules"])  # PEFT writes a set's order
     config_path.write_text(json.dumps(adapter_config, indent=2, sort_keys=True) + "\n")
     (out / "README.md").unlink(missing_ok=True)  # PEFT's model card template: nothing here
     last = losses[-10:]
