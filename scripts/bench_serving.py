@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 from bench_servers import (
-    demo_assets,
+    BenchModel,
     free_port,
     loraplex_command,
     many_adapters,
@@ -20,22 +20,18 @@ from bench_servers import (
     vllm_command,
 )
 
-MODEL_ID = "loraplex/tiny-llama"
-
-
 # ---------------------------------------------------------------- overhead
 
 
 OVERHEAD_CONCURRENCY = (1, 8, 32)
 
 
-def overhead(out_dir: Path, quick: bool) -> dict:
+def overhead(out_dir: Path, quick: bool, demo: BenchModel) -> dict:
     """loraplex vs vLLM's own server, interleaved A B A B, the same engine arguments and demo adapters.
 
     vLLM's server runs in the same venv, so it loads loraplex's vLLM plugin too: both use the same LoRA
     ops and the difference is the serving layer.
     """
-    demo = demo_assets()
     adapters = dict(demo.adapter_dirs)
     concurrencies = (8,) if quick else OVERHEAD_CONCURRENCY
     rounds = 1 if quick else 2
@@ -44,11 +40,11 @@ def overhead(out_dir: Path, quick: bool) -> dict:
         for server in ("loraplex", "vllm"):
             port = free_port()
             cmd = (loraplex_command(port, adapters, 4, 8, demo.model_dir) if server == "loraplex"
-                   else vllm_command(port, demo.model_dir, MODEL_ID, adapters, 4, 8))
+                   else vllm_command(port, demo.model_dir, demo.model_id, adapters, 4, 8))
             say(f"overhead: round {r + 1}/{rounds}, {server}: starting server")
             with running(cmd, port, out_dir / f".overhead-{server}.log") as base:
                 for c in concurrencies:
-                    result = vllm_bench(base, MODEL_ID, demo.model_dir, c, max(16, 2 * c), list(adapters))
+                    result = vllm_bench(base, demo.model_id, demo.model_dir, c, max(16, 2 * c), list(adapters))
                     runs[server].setdefault(c, []).append(result)
                     say(f"  {server:8s} c={c:2d} {result['output_throughput']:7.0f} tok/s "
                          f"ttft p50 {result['median_ttft_ms']:6.1f} ms")
@@ -65,7 +61,7 @@ def overhead(out_dir: Path, quick: bool) -> dict:
             **{f"{m}_{p}_diff_ms": mean("loraplex", f"{p}_{m}_ms") - mean("vllm", f"{p}_{m}_ms")
                for m in ("ttft", "tpot") for p in ("median", "p99")},
         })
-    return {"rounds": rounds, "adapters": list(adapters), "runs": runs, "summary": summary}
+    return {"model": demo.model_id, "rounds": rounds, "adapters": list(adapters), "runs": runs, "summary": summary}
 
 
 def overhead_table(results: dict):
@@ -83,22 +79,21 @@ def overhead_table(results: dict):
 SCALING_ADAPTERS = (0, 1, 4, 16)
 
 
-def lora_scaling(out_dir: Path, quick: bool) -> dict:
+def lora_scaling(out_dir: Path, quick: bool, demo: BenchModel) -> dict:
     """One loraplex server with 16 rank-16 adapters; the same load with 0 (base only), 1, 4, 16 of them."""
-    demo = demo_assets()
-    adapters = many_adapters(demo.model_dir, 16, 16, "scale")
+    adapters = many_adapters(demo.model_dir, 16, 16, "scale" if demo.name == "tiny" else f"{demo.name}-scale")
     counts = (0, 1, 4) if quick else SCALING_ADAPTERS
     port = free_port()
     results = []
     say("lora-scaling: starting server")
     with running(loraplex_command(port, adapters, 16, 16, demo.model_dir), port, out_dir / ".scaling.log") as base:
         for n in counts:
-            result = vllm_bench(base, MODEL_ID, demo.model_dir, 16, 48, list(adapters)[:n])
+            result = vllm_bench(base, demo.model_id, demo.model_dir, 16, 48, list(adapters)[:n])
             results.append({"adapters": n, **result})
             say(f"  {n:2d} adapters {result['output_throughput']:7.0f} tok/s")
     for row in results:
         row["vs_base_only"] = row["output_throughput"] / results[0]["output_throughput"]
-    return {"concurrency": 16, "num_prompts": 48, "rank": 16, "results": results}
+    return {"model": demo.model_id, "concurrency": 16, "num_prompts": 48, "rank": 16, "results": results}
 
 
 def lora_scaling_table(results: dict):
@@ -129,14 +124,13 @@ def lora_scaling_plot(results: dict, path: Path) -> None:
 # ---------------------------------------------------------------- baseline-hf
 
 
-def baseline_hf(out_dir: Path, quick: bool) -> dict:
+def baseline_hf(out_dir: Path, quick: bool, demo: BenchModel) -> dict:
     """What a user without a serving engine does: transformers + peft, one request at a time, switching
     adapters, vs loraplex serving the same prompts concurrently."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    demo = demo_assets()
     names = [None, *demo.adapter_dirs]
     num_prompts, max_tokens = (8, 32) if quick else (32, 32)
     tokenizer = AutoTokenizer.from_pretrained(demo.model_dir)
@@ -173,7 +167,7 @@ def baseline_hf(out_dir: Path, quick: bool) -> dict:
     with running(loraplex_command(port, demo.adapter_dirs, 4, 8, demo.model_dir), port, out_dir / ".hf.log") as url:
         async def drive():
             async with httpx.AsyncClient(base_url=url, timeout=300) as client:
-                bodies = [{"model": adapter or MODEL_ID, "prompt": ids, "max_tokens": max_tokens, "temperature": 0,
+                bodies = [{"model": adapter or demo.model_id, "prompt": ids, "max_tokens": max_tokens, "temperature": 0,
                            "ignore_eos": True} for adapter, ids in plan]
                 await client.post("/v1/completions", json=bodies[0])  # warm-up
                 started = time.perf_counter()
@@ -182,7 +176,7 @@ def baseline_hf(out_dir: Path, quick: bool) -> dict:
                 return sum(r.json()["usage"]["completion_tokens"] for r in responses), wall
 
         lp_tokens, lp_wall = asyncio.run(drive())
-    return {"prompts": num_prompts, "max_tokens": max_tokens, "models": [n or MODEL_ID for n in names],
+    return {"prompts": num_prompts, "max_tokens": max_tokens, "models": [n or demo.model_id for n in names],
             "hf_tok_s": hf_tokens / hf_wall, "loraplex_tok_s": lp_tokens / lp_wall,
             "ratio": (lp_tokens / lp_wall) / (hf_tokens / hf_wall)}
 

@@ -69,23 +69,23 @@ say "ready $(( $(date +%s) - started )) s after docker run"
 curl -fsS "$URL/health" | grep -q '"ok"' || fail "/health"
 curl -fsS "$URL/ping" | grep -q '"ready"' || fail "/ping"
 models=$(curl -fsS "$URL/v1/models")
-for model in loraplex/tiny-llama sql-helper support-bot poet; do
+for model in smollm2-135m-instruct pirate uppercase json-answer; do
     grep -q "\"$model" <<<"$models" || fail "/v1/models lacks $model: $models"
 done
 say "/v1/models: base model and the three demo adapters"
 
 stream=$(curl -fsSN "$URL/v1/chat/completions" -H 'content-type: application/json' \
-    -d '{"model": "poet", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": true}')
+    -d '{"model": "pirate", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": true}')
 grep -q '"chat.completion.chunk"' <<<"$stream" || fail "no chunk in the stream: $stream"
-grep -q '"model":"poet@1"' <<<"$stream" || fail "the stream was not served by poet@1: $stream"
+grep -q '"model":"pirate@1"' <<<"$stream" || fail "the stream was not served by pirate@1: $stream"
 [ "$(grep '^data: ' <<<"$stream" | tail -n 1)" = "data: [DONE]" ] || fail "the stream did not end with [DONE]"
-say "streaming chat with poet: $(grep -c '^data: {' <<<"$stream") chunks, then [DONE]"
+say "streaming chat with pirate: $(grep -c '^data: {' <<<"$stream") chunks, then [DONE]"
 
 invocation=$(curl -fsS "$URL/invocations" -H 'content-type: application/json' \
-    -H 'X-Amzn-SageMaker-Custom-Attributes: model=sql-helper' \
+    -H 'X-Amzn-SageMaker-Custom-Attributes: model=json-answer' \
     -d '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}')
-grep -q '"model":"sql-helper@1"' <<<"$invocation" || fail "/invocations: $invocation"
-say "/invocations with model=sql-helper in the custom attributes"
+grep -q '"model":"json-answer@1"' <<<"$invocation" || fail "/invocations: $invocation"
+say "/invocations with model=json-answer in the custom attributes"
 
 until [ "$("$DOCKER" inspect --format '{{.State.Health.Status}}' "$NAME")" = healthy ]; do
     [ $(( $(date +%s) - started )) -lt 360 ] || fail "HEALTHCHECK not healthy"

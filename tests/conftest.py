@@ -26,20 +26,24 @@ ARTIFACTS = REPO / "artifacts"
 SERVER_START_TIMEOUT_S = 300
 
 
+TINY = "tiny"
+
+
 @pytest.fixture(scope="session")
 def demo_home(tmp_path_factory) -> Path:
-    from adapters.demo.assets import ensure_demo_assets
+    from adapters.demo.assets import DemoConfig, ensure_demo_assets
 
     home = tmp_path_factory.mktemp("loraplex-home")
-    ensure_demo_assets(home)
+    ensure_demo_assets(home, DemoConfig(demo=TINY))
     return home
 
 
 @pytest.fixture(scope="session")
 def demo_assets(demo_home):
-    from adapters.demo.assets import ensure_demo_assets
+    """The tiny demo (random Llama and random adapters): what most tests serve, for speed."""
+    from adapters.demo.assets import DemoConfig, ensure_demo_assets
 
-    return ensure_demo_assets(demo_home)
+    return ensure_demo_assets(demo_home, DemoConfig(demo=TINY))
 
 
 EXTRA_ADAPTER = "extra-mlp"
@@ -218,7 +222,8 @@ def server_process(demo_home, adapter_dirs, tenants_file):
     log_path = ARTIFACTS / "server.log"
     log_path.write_text("")
     env = {**os.environ, "LORAPLEX_HOME": str(demo_home), "VLLM_CPU_KVCACHE_SPACE": "1"}
-    argv = [sys.executable, "-m", "api.cli", "serve", "--max-num-seqs", "32", "--config", str(tenants_file),
+    argv = [sys.executable, "-m", "api.cli", "serve", "--demo", TINY, "--max-num-seqs", "32",
+            "--config", str(tenants_file),
             # Two slots for four demo adapters and up to 200 published ones: slots are rewritten all the
             # time, and the last slot is occupied, which is what vllm#48421 leaks into.
             "--max-loras", "2", "--max-cpu-loras", "8", "--drain-timeout-s", "60",
@@ -339,3 +344,46 @@ def tokenizer(demo_assets):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(demo_assets.model_dir)
+
+
+# ---------------------------------------------------------------- SmolLM2: the embedded default, a real model
+
+
+@pytest.fixture(scope="module")
+def smollm2_assets(tmp_path_factory):
+    """SmolLM2 converted from the packaged GGUF (about 20 s, 540 MB) and its trained adapters, in a home of its own.
+    Module scope: built only when a module asks, gone with it."""
+    from adapters.demo.assets import DemoConfig, ensure_demo_assets
+
+    return ensure_demo_assets(tmp_path_factory.mktemp("smollm2-home"), DemoConfig(demo="smollm2"))
+
+
+@pytest.fixture(scope="module")
+def smollm2_server(smollm2_assets) -> str:
+    """A second real server, on SmolLM2 with its three adapters in three engine slots, open (no tenants): started for
+    the module that asks for it and stopped when that module is done, so it never runs beside other heavy work for
+    long. The session's tiny server is not stopped: a restart costs more than it idles."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    log_path = ARTIFACTS / "server-smollm2.log"
+    log_path.write_text("")
+    home = smollm2_assets.model_dir.parents[1]
+    env = {**os.environ, "LORAPLEX_HOME": str(home), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    argv = [sys.executable, "-m", "api.cli", "serve", "--demo", "smollm2", "--max-num-seqs", "32",
+            "--max-loras", "3", "--max-cpu-loras", "4", "--drain-timeout-s", "10"]
+    process = ServerProcess(argv, env, log_path)
+    process.start()
+    yield process.url
+    if process.proc.poll() is None:
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def smollm2_reference(smollm2_assets) -> HFReference:
+    return HFReference(smollm2_assets.model_dir, smollm2_assets.adapter_dirs)
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer(smollm2_assets):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_assets.model_dir)

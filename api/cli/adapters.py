@@ -10,11 +10,12 @@ from pathlib import Path
 from botocore.exceptions import BotoCoreError, ClientError
 
 from adapters.base_model import BaseModelError, base_model_spec
-from adapters.demo.assets import ensure_demo_assets
+from adapters.demo.assets import DemoConfig, ensure_demo_assets
 from adapters.home import demo_home
 from adapters.identity import STABLE, parse_model_ref, version_label
 from adapters.registry import Registry, RegistryConfig
 from adapters.validation import AdapterValidationError
+from api.cli.flags import add_config_arguments, config_from_args
 from engine.config import SUPPORTED_LORA_RANKS, EngineConfig
 
 EXIT_ERROR = 2
@@ -27,7 +28,8 @@ def add_adapters_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
     common.add_argument("--index", default=None, metavar="PATH", help=fields["index_path"].description)
     common.add_argument("--base-model", default=None, metavar="DIR", type=Path,
                         help="Llama-family checkpoint that pushed adapters must fit (default: the embedded demo "
-                             "model).")
+                             "model chosen by --demo).")
+    add_config_arguments(common, DemoConfig, skip={"demo_dtype"})
     common.add_argument("--max-lora-rank", type=int, choices=SUPPORTED_LORA_RANKS,
                         default=EngineConfig.model_fields["max_lora_rank"].default, metavar="R",
                         help="Largest LoRA rank a push accepts (default: %(default)s).")
@@ -87,7 +89,7 @@ def _open_registry(args: argparse.Namespace) -> Registry:
     if args.adapters_command == "push":
         base_dir = args.base_model
         if base_dir is None:
-            base_dir = ensure_demo_assets(demo_home()).model_dir
+            base_dir = ensure_demo_assets(demo_home(), config_from_args(DemoConfig, args)).model_dir
         base = base_model_spec(base_dir)
     return Registry.from_config(config, base, args.max_lora_rank)
 

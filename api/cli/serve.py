@@ -11,7 +11,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from adapters.base_model import BaseModelError, base_model_spec
-from adapters.demo.assets import ensure_demo_assets
+from adapters.demo.assets import DemoAssets, DemoConfig, ensure_demo_assets
+from adapters.demo.smollm2 import GgufNotFoundError
 from adapters.home import demo_home
 from adapters.registry import Registry, RegistryConfig
 from adapters.validation import AdapterValidationError
@@ -39,14 +40,15 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
         "serve",
         help="Serve the base model and LoRA adapters over the OpenAI API.",
         description="Serve a base model and LoRA adapters over the OpenAI API. Without --model, serves the "
-        "embedded default: a tiny Llama and demo adapters generated once under $LORAPLEX_DEMO_HOME, else "
-        f"$LORAPLEX_HOME (default ~/.local/share/loraplex). When {MODEL_DIR}/config.json exists (a SageMaker "
+        "embedded default (--demo): SmolLM2-135M-Instruct and three demo adapters, built once under "
+        "$LORAPLEX_DEMO_HOME, else $LORAPLEX_HOME (default ~/.local/share/loraplex); --demo tiny serves a tiny "
+        f"random Llama instead. When {MODEL_DIR}/config.json exists (a SageMaker "
         f"model artefact), that checkpoint is the default instead; adapter folders in {MODEL_DIR}/adapters/NAME/ "
         "are published like --adapter.",
     )
     serve.add_argument("--model", default=None,
                        help=f"Path of a local Hugging Face Llama-family checkpoint (default: {MODEL_DIR} when it holds "
-                       "one, else the embedded demo model).")
+                       "one, else the embedded demo model chosen by --demo).")
     serve.add_argument("--adapter", action="append", default=[], metavar="NAME=PATH",
                        help="Publish the PEFT LoRA adapter folder PATH to the registry as NAME at start "
                        "(a new version only if its content changed), and serve it (repeatable).")
@@ -54,6 +56,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
                        help="Keep adapter NAME (its stable version) loaded in the engine's CPU tier and on "
                        "disk; never evicted (repeatable).")
     add_config_arguments(serve, ServerConfig, skip=set())
+    add_config_arguments(serve, DemoConfig, skip=set())
     add_config_arguments(serve, EngineConfig, skip={"model"})
     add_config_arguments(serve, RegistryConfig, skip=set())
     add_config_arguments(serve, ServingOptions, skip=set())
@@ -93,6 +96,18 @@ def _publish_startup_adapters(registry: Registry, flags: list[tuple[str, Path]])
     return lines
 
 
+def _embedded_default(args: argparse.Namespace) -> DemoAssets:
+    """The demo chosen by --demo, built under the demo home on its first use."""
+    try:
+        config = config_from_args(DemoConfig, args)
+    except ValidationError as e:
+        raise SystemExit(f"invalid configuration:\n{e}") from e
+    try:
+        return ensure_demo_assets(demo_home(), config)
+    except GgufNotFoundError as e:
+        raise SystemExit(f"--demo {config.demo}: {e}; or serve the tiny demo: --demo tiny") from e
+
+
 def _tenancy(path: str | None) -> TenancyConfig:
     if path is None:
         print("[loraplex] no --config: serving OPEN, one tenant 'default', no API keys, admin API unguarded",
@@ -115,7 +130,7 @@ def serve(args: argparse.Namespace) -> None:
         raise SystemExit(f"--adapter: {e}") from e
     model, flags = startup_model(args.model, flags, model_artifacts(MODEL_DIR))
     if model is None:
-        demo = ensure_demo_assets(demo_home())
+        demo = _embedded_default(args)
         model = str(demo.model_dir)
         flags = list(demo.adapter_dirs.items()) + flags
     try:

