@@ -59,8 +59,9 @@ class ServingOptions(BaseModel):
 
     config: str | None = Field(default=None, description="Tenants YAML (keys, limits, prices, SLOs); "
                                "without it the server runs open with one default tenant.")
-    ledger_path: str | None = Field(default=None, description="Usage ledger SQLite file "
-                                    "(default: $LORAPLEX_HOME/usage.sqlite).")
+    ledger_url: str | None = Field(default=None, description="Usage ledger: a SQLite file (a path or "
+                                   "sqlite:///path), or postgresql://user@host/db for one ledger shared by replicas "
+                                   "(default: $LORAPLEX_HOME/usage.sqlite).")
     ledger_synchronous: Literal["NORMAL", "FULL"] = Field(
         default="NORMAL", description="SQLite synchronous mode of the ledger: NORMAL survives a killed "
         "process, FULL also a power loss.")
@@ -177,7 +178,7 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
     metrics = Metrics(CollectorRegistry(), options.metrics_top_n, tenancy.slo_for)
     history = History(metrics.tenant_label, metrics.model_label, time.time)
     tier_events = HistoryTierEvents(metrics.adapters, history)
-    ledger = UsageLedger(Path(options.ledger_path) if options.ledger_path else default_ledger_path(),
+    ledger = UsageLedger(options.ledger_url or default_ledger_path(),
                          synchronous=options.ledger_synchronous)
     if "max_running" in tenancy.admission.model_fields_set or max_running is None:
         max_running = tenancy.admission.max_running
