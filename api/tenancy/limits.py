@@ -150,12 +150,7 @@ class TenantLimiter:
         """Take a concurrency slot per sequence and reserve tokens, or raise LimitExceeded / NeverFits without
         taking anything."""
         lim = self.limits
-        for name, value, asked in (("tokens_per_minute", lim.tokens_per_minute, reserve_tokens),
-                                   ("tokens_per_day", lim.tokens_per_day, reserve_tokens),
-                                   ("tokens_per_month", lim.tokens_per_month, reserve_tokens),
-                                   ("max_concurrent", lim.max_concurrent, sequences)):
-            if value is not None and asked > value:
-                raise NeverFits(name, value, asked)
+        check_fits(lim, reserve_tokens, sequences)
         self._prune(now)
         self._roll(wall)
         if lim.max_concurrent is not None and self._running + sequences > lim.max_concurrent:
@@ -197,26 +192,14 @@ class TenantLimiter:
     def headers(self, now: float) -> dict[str, str]:
         """OpenAI's x-ratelimit-* headers for the per-minute limits that are set."""
         self._prune(now)
-        out: dict[str, str] = {}
-        rpm = self.limits.requests_per_minute
-        if rpm is not None:
-            out["x-ratelimit-limit-requests"] = str(rpm)
-            out["x-ratelimit-remaining-requests"] = str(max(0, rpm - len(self._requests)))
-            reset = self._requests[-1] + WINDOW_S - now if self._requests else 0.0
-            out["x-ratelimit-reset-requests"] = format_duration(reset)
-        tpm = self.limits.tokens_per_minute
-        if tpm is not None:
-            out["x-ratelimit-limit-tokens"] = str(tpm)
-            out["x-ratelimit-remaining-tokens"] = str(max(0, tpm - self._window_tokens()))
-            spent = [s for s in self._tokens if s.tokens > 0]
-            out["x-ratelimit-reset-tokens"] = format_duration(spent[-1].at + WINDOW_S - now if spent else 0.0)
-        return out
+        spent = [s for s in self._tokens if s.tokens > 0]
+        return rate_headers(self.limits, WindowState(len(self._requests),
+                                                     self._requests[-1] if self._requests else None,
+                                                     self._window_tokens(), spent[-1].at if spent else None), now)
 
     def _refuse(self, now: float, limit: str, value: int, retry_after_s: float) -> None:
-        retry_after_s = max(0.0, retry_after_s)
-        headers = self.headers(now)
-        headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
-        raise LimitExceeded(limit, value, retry_after_s, headers)
+        raise refusal(limit, value, retry_after_s, self.headers(now))
+
 
     def _prune(self, now: float) -> None:
         while self._requests and self._requests[0] <= now - WINDOW_S:
@@ -239,3 +222,52 @@ class TenantLimiter:
             if freed >= over:
                 return spend.at + WINDOW_S - now
         return WINDOW_S
+
+
+@dataclass(frozen=True)
+class WindowState:
+    """What the x-ratelimit-* headers report: the last 60 s of requests and tokens (times as `now`)."""
+
+    requests: int
+    last_request_at: float | None
+    tokens: int
+    last_spend_at: float | None  # the newest admission whose tokens still count
+
+
+def check_fits(limits: TenantLimits, reserve_tokens: int, sequences: int) -> None:
+    """Raises NeverFits when the request needs more than a limit ever allows."""
+    for name, value, asked in (("tokens_per_minute", limits.tokens_per_minute, reserve_tokens),
+                               ("tokens_per_day", limits.tokens_per_day, reserve_tokens),
+                               ("tokens_per_month", limits.tokens_per_month, reserve_tokens),
+                               ("max_concurrent", limits.max_concurrent, sequences)):
+        if value is not None and asked > value:
+            raise NeverFits(name, value, asked)
+
+
+def rate_headers(limits: TenantLimits, state: WindowState, now: float) -> dict[str, str]:
+    """OpenAI's x-ratelimit-* headers for the per-minute limits that are set."""
+    out: dict[str, str] = {}
+    rpm = limits.requests_per_minute
+    if rpm is not None:
+        out["x-ratelimit-limit-requests"] = str(rpm)
+        out["x-ratelimit-remaining-requests"] = str(max(0, rpm - state.requests))
+        reset = state.last_request_at + WINDOW_S - now if state.last_request_at is not None else 0.0
+        out["x-ratelimit-reset-requests"] = format_duration(reset)
+    tpm = limits.tokens_per_minute
+    if tpm is not None:
+        out["x-ratelimit-limit-tokens"] = str(tpm)
+        out["x-ratelimit-remaining-tokens"] = str(max(0, tpm - state.tokens))
+        reset = state.last_spend_at + WINDOW_S - now if state.last_spend_at is not None else 0.0
+        out["x-ratelimit-reset-tokens"] = format_duration(reset)
+    return out
+
+
+def refusal(limit: str, value: int, retry_after_s: float, headers: dict[str, str]) -> LimitExceeded:
+    """The 429 for `limit`: the rate headers plus Retry-After in whole seconds (at least 1)."""
+    retry_after_s = max(0.0, retry_after_s)
+    return LimitExceeded(limit, value, retry_after_s, {**headers, "Retry-After": str(max(1, math.ceil(retry_after_s)))})
+
+
+def reset_seconds(wall: float) -> tuple[float, float]:
+    """Seconds from `wall` to the next UTC day and month: when the calendar budgets refill."""
+    return _seconds_to_next_day(wall), _seconds_to_next_month(wall)
