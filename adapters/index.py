@@ -28,6 +28,7 @@ from adapters.sql import Database, SchemaTooNew, migrate, open_database
 
 BUSY_TIMEOUT_S = 30.0
 LOCK_KEY = "loraplex.registry"
+VERSION_TABLE = "schema_version"
 
 # Version v is MIGRATIONS[v - 1]; add a migration, never edit one that shipped.
 MIGRATIONS = ("""
@@ -104,7 +105,7 @@ class RegistryIndex:
         try:
             if self._db.dialect == "sqlite":
                 self._db.execute("PRAGMA journal_mode=WAL")
-            migrate(self._db, LOCK_KEY, MIGRATIONS)
+            migrate(self._db, LOCK_KEY, VERSION_TABLE, MIGRATIONS)
         except SchemaTooNew as e:
             self._db.close()
             raise IndexSchemaError(f"registry index: {e}") from e

@@ -5,7 +5,8 @@ Queries are written once with `?` placeholders and the SQL both dialects share (
 `CASE`); schemas name their few differing types with `{id}` (an auto-increment primary key) and `{float}`.
 Transactions are explicit: `write()` serialises writers across processes (SQLite: BEGIN IMMEDIATE;
 PostgreSQL: a transaction-scoped advisory lock), `read()` is one consistent snapshot.
-Schema versions live in a table `schema_version` on both, applied by `migrate` under the write lock.
+Each store records its schema version in its own table (so a ledger and an index may share one database),
+applied by `migrate` under the write lock.
 """
 
 from __future__ import annotations
@@ -198,12 +199,12 @@ def open_database(url: str | Path, read_only: bool = False, busy_timeout_s: floa
     return SqliteDatabase(sqlite_path(url), busy_timeout_s, read_only)
 
 
-def schema_version(db: Database) -> int:
-    """The version recorded in `schema_version`; 0 when the table is missing or empty."""
-    exists = db.execute(_TABLE_EXISTS[db.dialect], ("schema_version",)).fetchone()
+def schema_version(db: Database, table: str) -> int:
+    """The version recorded in `table`; 0 when the table is missing or empty."""
+    exists = db.execute(_TABLE_EXISTS[db.dialect], (table,)).fetchone()
     if exists is None:
         return 0
-    row = db.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    row = db.execute(f"SELECT MAX(version) FROM {table}").fetchone()
     return row[0] if row and row[0] is not None else 0
 
 
@@ -214,21 +215,21 @@ _TABLE_EXISTS = {
 }
 
 
-def migrate(db: Database, lock_key: str, migrations: Sequence[str], legacy_version: int = 0) -> int:
-    """Applies `migrations[v]` (a schema text, see `Database.schema`) for every version v past the recorded
-    one, under the writer lock so replicas starting together migrate once; returns the version. Version v is
+def migrate(db: Database, lock_key: str, table: str, migrations: Sequence[str], legacy_version: int = 0) -> int:
+    """Applies the migrations (schema texts, see `Database.schema`) past the version recorded in `table`, under
+    the writer lock so replicas starting together migrate once; returns the version. Version v is
     `migrations[v - 1]`. `legacy_version` stands in when no version is recorded yet (files written before the
     table existed). Raises SchemaTooNew."""
     latest = len(migrations)
     with db.write(lock_key):
-        current = schema_version(db) or legacy_version
+        current = schema_version(db, table) or legacy_version
         if current > latest:
             raise SchemaTooNew(f"{db.where} has schema version {current}; this loraplex reads up to {latest}")
         for version in range(current + 1, latest + 1):
             for statement in db.schema(migrations[version - 1]):
                 db.execute(statement)
-        if schema_version(db) != latest:
-            db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            db.execute("DELETE FROM schema_version")
-            db.execute("INSERT INTO schema_version (version) VALUES (?)", (latest,))
+        if schema_version(db, table) != latest:
+            db.execute(f"CREATE TABLE IF NOT EXISTS {table} (version INTEGER NOT NULL)")
+            db.execute(f"DELETE FROM {table}")
+            db.execute(f"INSERT INTO {table} (version) VALUES (?)", (latest,))
     return latest

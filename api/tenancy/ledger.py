@@ -23,6 +23,7 @@ from api.observability.outcome import RequestOutcome
 LEDGER_FILE = "usage.sqlite"
 GROUP_COLUMNS = ("tenant", "model", "version", "priority", "status", "finish")
 LOCK_KEY = "loraplex.ledger"
+VERSION_TABLE = "usage_schema_version"
 
 # Version v is MIGRATIONS[v - 1]; add a migration, never edit one that shipped.
 MIGRATIONS = ("""
@@ -98,9 +99,9 @@ class UsageLedger:
                 if mode.lower() != "wal":
                     raise LedgerError(f"usage ledger {db.where}: WAL mode refused (journal_mode={mode})")
                 db.execute(f"PRAGMA synchronous = {synchronous}")
-            # Ledgers written before the schema_version table kept their version in SQLite's user_version.
+            # Ledgers written before the version table kept their version in SQLite's user_version.
             legacy = db.execute("PRAGMA user_version").fetchone()[0] if db.dialect == "sqlite" else 0
-            migrate(db, LOCK_KEY, MIGRATIONS, legacy_version=legacy)
+            migrate(db, LOCK_KEY, VERSION_TABLE, MIGRATIONS, legacy_version=legacy)
         except (SchemaTooNew, *DB_ERRORS) as e:
             db.close()
             raise LedgerError(f"cannot open usage ledger {db.where}: {e}") from e
@@ -114,7 +115,7 @@ class UsageLedger:
             raise LedgerError(f"no usage ledger at {self.url}")
         try:
             db = open_database(self.url, read_only=True, busy_timeout_s=5.0)
-            version = schema_version(db)
+            version = schema_version(db, VERSION_TABLE)
             if version == 0 and db.dialect == "sqlite":
                 version = db.execute("PRAGMA user_version").fetchone()[0]
         except (OSError, *DB_ERRORS) as e:

@@ -46,7 +46,7 @@ def test_creates_directories_in_wal_mode(tmp_path):
         assert ledger._db.execute("PRAGMA synchronous").fetchone()[0] == 2
     with sqlite3.connect(path) as raw:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+        assert raw.execute("SELECT version FROM usage_schema_version").fetchall() == [(SCHEMA_VERSION,)]
     with UsageLedger(path) as ledger:
         assert ledger._db.execute("PRAGMA synchronous").fetchone()[0] == 1
 
@@ -55,7 +55,7 @@ def test_a_ledger_versioned_before_the_schema_table_opens(tmp_path):
     path = tmp_path / "usage.sqlite"
     UsageLedger(path).close()
     with sqlite3.connect(path) as raw:  # as loraplex wrote it before: the version in user_version only
-        raw.execute("DROP TABLE schema_version")
+        raw.execute("DROP TABLE usage_schema_version")
         raw.execute("PRAGMA user_version = 1")
     with UsageLedger.reader(path) as reader:
         assert reader.count() == 0
@@ -166,7 +166,7 @@ def test_reader_of_a_missing_ledger(tmp_path):
 
 def test_refuses_a_newer_schema(database_url):
     with UsageLedger(database_url) as ledger:
-        ledger._db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
+        ledger._db.execute("UPDATE usage_schema_version SET version = ?", (SCHEMA_VERSION + 1,))
     with pytest.raises(LedgerError, match="up to"):
         UsageLedger(database_url)
     with pytest.raises(LedgerError, match="schema version"):
