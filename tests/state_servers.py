@@ -14,6 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psycopg
+
 START_TIMEOUT_S = 60.0
 PG_USER = "postgres"  # initdb refuses root; the cluster runs as Debian's postgres account
 
@@ -99,7 +101,20 @@ class PostgresServer:
                         "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=100"]),
             stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
         _wait_for_port(self.port, self.proc, "postgres", self.log)
+        self._wait_until_accepting()
         self._databases = 0
+
+    def _wait_until_accepting(self) -> None:
+        """It listens before it accepts connections ("the database system is starting up")."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                psycopg.connect(self.dsn(), connect_timeout=5).close()
+                return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise
+                time.sleep(0.05)
 
     def _wrap(self, argv: list[str]) -> list[str]:
         return ["runuser", "-u", PG_USER, "--", *argv] if self._as_root else argv
@@ -114,8 +129,6 @@ class PostgresServer:
 
     def new_database(self) -> str:
         """A fresh, empty database; its DSN."""
-        import psycopg
-
         self._databases += 1
         name = f"t{os.getpid()}_{self._databases}"
         with psycopg.connect(self.dsn(), autocommit=True) as conn:
