@@ -84,7 +84,8 @@ def _pg_bin(name: str) -> str:
 class PostgresServer:
     """One cluster, trust authentication on loopback only; `new_database` gives each test its own database."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, durable: bool = False):
+        """`durable` False (tests): no fsync. True (benchmarks): PostgreSQL's defaults, a commit is on disk."""
         initdb, postgres = _pg_bin("initdb"), _pg_bin("postgres")
         self.port = free_port()
         # Under /tmp, not pytest's tmp dir: the postgres account must reach it, and the socket path must be short.
@@ -95,10 +96,12 @@ class PostgresServer:
             os.chown(self.dir, account.pw_uid, account.pw_gid)
         data = self.dir / "data"
         self.log = self.dir / "postgres.log"
-        self._run([initdb, "-D", str(data), "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8"])
+        self._run([initdb, "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8",
+                   *([] if durable else ["--no-sync"])])
         self.proc = subprocess.Popen(
             self._wrap([postgres, "-D", str(data), "-p", str(self.port), "-h", "127.0.0.1", "-k", str(self.dir),
-                        "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=100"]),
+                        "-c", "max_connections=100",
+                        *([] if durable else ["-c", "fsync=off", "-c", "full_page_writes=off"])]),
             stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
         _wait_for_port(self.port, self.proc, "postgres", self.log)
         self._wait_until_accepting()

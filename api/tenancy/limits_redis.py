@@ -5,7 +5,7 @@ x-ratelimit-* values as the in-process limiter (api/tenancy/limits.py).
 Keys of one tenant share a hash tag (`{prefix}:{tenant}:...`), so a Redis Cluster keeps them on one shard:
   req        sorted set  reservation id -> admission time            (requests in the 60 s window)
   tok        sorted set  reservation id -> admission time            (token spends in the window)
-  tokn       hash        reservation id -> tokens (reserved, then used)
+  tokn       hash        reservation id -> tokens (reserved, then used); `#total`: their sum
   lease      sorted set  reservation id -> lease expiry              (slots held; renewed by the holder)
   leaseinfo  hash        reservation id -> "sequences reserved day month"
   budget     hash        d:YYYY-MM-DD / m:YYYY-MM -> tokens this UTC day / month, reservations included
@@ -54,6 +54,7 @@ end
 local window = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - window)) do
+  redis.call('HINCRBY', KEYS[3], '#total', -tonumber(redis.call('HGET', KEYS[3], id) or '0'))
   redis.call('HDEL', KEYS[3], id)
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - window)
@@ -69,16 +70,23 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 
+local function window_tokens()
+  return tonumber(redis.call('HGET', KEYS[3], '#total') or '0')
+end
+
 local function window_state()
-  local tokens, last_spend = 0, ''
-  local spends = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
-  for i = 1, #spends, 2 do
-    local n = tonumber(redis.call('HGET', KEYS[3], spends[i]) or '0')
-    tokens = tokens + n
-    if n > 0 then last_spend = spends[i + 1] end
+  local last_spend, from = '', 0
+  while last_spend == '' do  -- newest first, a page at a time: usually the newest one has tokens
+    local page = redis.call('ZREVRANGE', KEYS[2], from, from + 15, 'WITHSCORES')
+    if #page == 0 then break end
+    for i = 1, #page, 2 do
+      if tonumber(redis.call('HGET', KEYS[3], page[i]) or '0') > 0 then last_spend = page[i + 1]; break end
+    end
+    from = from + 16
   end
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-  return {tostring(redis.call('ZCARD', KEYS[1])), last[2] or '', tostring(tokens), last_spend, tostring(now)}
+  return {tostring(redis.call('ZCARD', KEYS[1])), last[2] or '', tostring(window_tokens()), last_spend,
+          tostring(now)}
 end
 """
 
@@ -112,17 +120,12 @@ if rpm > 0 then
   end
 end
 if tpm > 0 then
-  local spends = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
-  local amounts, total = {}, 0
-  for i = 1, #spends, 2 do
-    amounts[i] = tonumber(redis.call('HGET', KEYS[3], spends[i]) or '0')
-    total = total + amounts[i]
-  end
-  local over = total + reserve - tpm
-  if over > 0 then
+  local over = window_tokens() + reserve - tpm
+  if over > 0 then  -- when will enough have left the window: oldest first
+    local spends = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
     local freed, retry = 0, window
     for i = 1, #spends, 2 do
-      freed = freed + amounts[i]
+      freed = freed + tonumber(redis.call('HGET', KEYS[3], spends[i]) or '0')
       if freed >= over then retry = tonumber(spends[i + 1]) + window - now; break end
     end
     return refuse('tokens_per_minute', retry)
@@ -140,6 +143,7 @@ end
 redis.call('ZADD', KEYS[1], now, id)
 redis.call('ZADD', KEYS[2], now, id)
 redis.call('HSET', KEYS[3], id, reserve)
+redis.call('HINCRBY', KEYS[3], '#total', reserve)
 redis.call('ZADD', KEYS[4], now + lease_s, id)
 redis.call('HSET', KEYS[5], id, seqs .. ' ' .. reserve .. ' ' .. ARGV[11] .. ' ' .. ARGV[12])
 redis.call('HINCRBY', KEYS[6], dayf, reserve)
@@ -156,7 +160,11 @@ return out
 _SETTLE = _PRELUDE + """
 local id, actual = ARGV[3], tonumber(ARGV[4])
 local dayf, monthf = 'd:' .. ARGV[5], 'm:' .. ARGV[6]
-if redis.call('HEXISTS', KEYS[3], id) == 1 then redis.call('HSET', KEYS[3], id, actual) end
+local spent = redis.call('HGET', KEYS[3], id)
+if spent then
+  redis.call('HSET', KEYS[3], id, actual)
+  redis.call('HINCRBY', KEYS[3], '#total', actual - tonumber(spent))
+end
 local info = redis.call('HGET', KEYS[5], id)
 local reserved, day, month = 0, '', ''
 if info then
