@@ -74,11 +74,11 @@ SCENARIOS = {
         Scenario("baseline-hf", "transformers + peft one request at a time vs loraplex, the same prompts.",
                  bench_serving.baseline_hf, one_table(bench_serving.baseline_hf_table), in_quick=False,
                  models=BENCH_MODELS),
+        Scenario("kernels", "Offline throughput: vLLM's stock CPU LoRA ops vs loraplex's grouped ops.",
+                 on_tiny(bench_kernels.run), one_table(bench_kernels.table), bench_kernels.plot, in_quick=False),
         Scenario("state", "What shared state costs a request: limit admission in-process vs Redis, one ledger "
                  "commit in SQLite vs PostgreSQL (loopback servers, no engine).",
                  on_tiny(bench_state.run), bench_state.tables, in_quick=False),
-        Scenario("kernels", "Offline throughput: vLLM's stock CPU LoRA ops vs loraplex's grouped ops.",
-                 on_tiny(bench_kernels.run), one_table(bench_kernels.table), bench_kernels.plot, in_quick=False),
     )
 }
 
