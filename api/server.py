@@ -165,7 +165,7 @@ class Server:
             task.cancel()
         self.tracing.shutdown()
         self.pipeline.billing.spill()
-        self.pipeline.limits.backend.close()
+        self.pipeline.limits.close()
         self.ledger.close()
         self.registry.close()
 

@@ -155,7 +155,7 @@ class GenerationService(ABC, Generic[Req]):
             account.model, account.version = served.name, served.version
             tenant_cap = p.tenancy.tenant(caller.tenant).limits.max_tokens
             prepared = Prepared(await self.prepare(req, response_id, tenant_cap))
-            limit_headers = p.limits.admit(caller, prepared.reserve_tokens, prepared.sequences,
+            limit_headers = await p.limits.admit(caller, prepared.reserve_tokens, prepared.sequences,
                                            req.output_limit().param, account)
             await p.admission.enter(caller, prepared.sequences, account)
             adapter = await p.loader.enter(served, account)

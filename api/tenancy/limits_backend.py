@@ -36,6 +36,8 @@ class Reservation:
 
 
 class LimitsBackend(Protocol):
+    remote: bool  # calls cross the network (the request path keeps them off its event loop)
+
     def seed_usage(self, tenant: str, day_tokens: int, month_tokens: int) -> None:
         """Tokens already spent this UTC day and month (from the ledger at start), unless already counted."""
 
@@ -57,6 +59,8 @@ class LimitsBackend(Protocol):
 
 class MemoryLimits:
     """Per-process counters (api/tenancy/limits.py); exact for one replica only."""
+
+    remote = False
 
     def __init__(self, limits: dict[str, TenantLimits], clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time):

@@ -228,6 +228,8 @@ class RedisLimits:
     """Thread-safe. A daemon thread renews this process's leases every `lease_s / 3`; `clock` (tests) replaces
     Redis's clock with the caller's (seconds; the same on every process that shares the keys)."""
 
+    remote = True
+
     def __init__(self, url: str, limits: dict[str, TenantLimits], lease_s: float = DEFAULT_LEASE_S,
                  prefix: str = "loraplex", clock: Callable[[], float] | None = None,
                  wall: Callable[[], float] = time.time):

@@ -12,6 +12,7 @@ from api.app import create_app
 from api.server import ServingOptions, build_server
 from api.tenancy.config import parse_tenancy_config
 from api.tenancy.keys import hash_key
+from api.tenancy.limits_redis import RedisLimits
 
 KEY = "lpx-shared"
 BODY = {"model": "fake-base", "prompt": "x", "max_tokens": 4}
@@ -51,3 +52,10 @@ async def test_two_replicas_share_limits_usage_and_adapters(fake_engine, demo_as
             await client.aclose()
         for server in replicas:
             server.close()
+    # Settlements run off the event loop; closing waits for them, so no slot is left held.
+    observer = RedisLimits(limits_url, {"solo": tenancy.tenant("solo").limits})
+    try:
+        assert observer.running("solo") == 0
+        assert observer.headers("solo")["x-ratelimit-remaining-requests"] == "0"
+    finally:
+        observer.close()

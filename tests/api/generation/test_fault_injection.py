@@ -39,8 +39,8 @@ def _inject(server, fake_engine, monkeypatch, point: str, error: BaseException) 
     elif point == "limits":
         admit = p.limits.admit
 
-        def admit_then_fail(*args, **kwargs):  # after the reservation was taken
-            admit(*args, **kwargs)
+        async def admit_then_fail(*args, **kwargs):  # after the reservation was taken
+            await admit(*args, **kwargs)
             sync()
 
         monkeypatch.setattr(p.limits, "admit", admit_then_fail)
