@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import zlib
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -63,7 +64,7 @@ def redact(url: str) -> str:
     return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")).geturl()
 
 
-class Database:
+class Database(ABC):
     """One connection behind a lock; thread-safe. `dialect` is `sqlite` or `postgresql`."""
 
     dialect: str
@@ -71,18 +72,21 @@ class Database:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
+        self.in_transaction = False
 
     def schema(self, text: str) -> list[str]:
         """The statements of a schema written with `{id}` and `{float}`, in this dialect."""
         return [s for s in text.format(**_TYPES[self.dialect]).split(";") if s.strip()]
 
+    @abstractmethod
     def execute(self, sql: str, params: Sequence = ()) -> Cursor:
-        raise NotImplementedError
+        """One statement with `?` placeholders; outside a transaction it commits on return."""
 
     @contextmanager
     def _transaction(self, begin: str, lock_key: str | None) -> Iterator[Database]:
         with self.lock:
             self.execute(begin)
+            self.in_transaction = True
             try:
                 if lock_key is not None:
                     self._lock_writers(lock_key)
@@ -91,22 +95,25 @@ class Database:
             except BaseException:
                 self._rollback()
                 raise
+            finally:
+                self.in_transaction = False
 
+    @abstractmethod
     def write(self, lock_key: str) -> AbstractContextManager[Database]:
         """A transaction that holds `lock_key`'s writer lock (across processes) from its start."""
-        raise NotImplementedError
 
+    @abstractmethod
     def read(self) -> AbstractContextManager[Database]:
-        raise NotImplementedError
+        """A read-only transaction: one consistent snapshot."""
 
     def _lock_writers(self, key: str) -> None:
         pass
 
-    def _rollback(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _rollback(self) -> None: ...
 
-    def close(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def close(self) -> None: ...
 
     def fetch_dicts(self, sql: str, params: Sequence = ()) -> list[dict]:
         with self.lock:
@@ -169,7 +176,8 @@ class PostgresDatabase(Database):
 
     def execute(self, sql: str, params: Sequence = ()) -> Cursor:
         with self.lock:
-            if self.conn.broken or self.conn.closed:
+            # Never inside a transaction: its earlier statements died with the old connection.
+            if (self.conn.broken or self.conn.closed) and not self.in_transaction:
                 self.conn = self._connect()
             return self.conn.execute(sql.replace("?", "%s"), tuple(params))
 

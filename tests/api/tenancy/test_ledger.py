@@ -7,6 +7,7 @@ import textwrap
 import threading
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from api.observability.outcome import RequestOutcome
@@ -194,3 +195,15 @@ def test_committed_rows_survive_kill_9(database_url):
     assert len(printed) == 50
     with UsageLedger.reader(path) as reader:
         assert sorted(r["request_id"] for r in reader.query()) == sorted(printed)
+
+
+def test_a_lost_postgresql_connection_fails_one_write_and_the_retry_reconnects(postgres_server):
+    with UsageLedger(postgres_server.new_database()) as ledger:
+        ledger.record(outcome("before"), "stop")
+        pid = ledger._db.execute("SELECT pg_backend_pid()").fetchone()[0]
+        with psycopg.connect(postgres_server.dsn(), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(LedgerError, match="cannot record request lost"):
+            ledger.record(outcome("lost"), "stop")
+        assert ledger.record(outcome("lost"), "stop")  # what LedgerWriter's retry does
+        assert [r["request_id"] for r in ledger.query()] == ["before", "lost"]
