@@ -127,6 +127,7 @@ class TenantLimiter:
         self.limits = limits
         self._requests: deque[float] = deque()
         self._tokens: deque[_Spend] = deque()
+        self._tokens_total = 0  # sum of self._tokens: an admission does not walk the window
         self._running = 0
         self._day = _Bucket()
         self._month = _Bucket()
@@ -160,7 +161,7 @@ class TenantLimiter:
             self._refuse(now, "requests_per_minute", lim.requests_per_minute,
                          self._requests[excess] + WINDOW_S - now)
         if lim.tokens_per_minute is not None:
-            over = self._window_tokens() + reserve_tokens - lim.tokens_per_minute
+            over = self._tokens_total + reserve_tokens - lim.tokens_per_minute
             if over > 0:
                 self._refuse(now, "tokens_per_minute", lim.tokens_per_minute, self._time_to_free(now, over))
         if lim.tokens_per_day is not None and self._day.tokens + reserve_tokens > lim.tokens_per_day:
@@ -170,6 +171,7 @@ class TenantLimiter:
         spend = _Spend(now, reserve_tokens)
         self._requests.append(now)
         self._tokens.append(spend)
+        self._tokens_total += reserve_tokens
         self._running += sequences
         self._day.tokens += reserve_tokens
         self._month.tokens += reserve_tokens
@@ -183,6 +185,8 @@ class TenantLimiter:
         self._running -= admission.sequences
         self._prune(now)
         self._roll(wall)
+        if admission.spend.at > now - WINDOW_S:  # still in the window (pruning just dropped the older ones)
+            self._tokens_total += actual_tokens - admission.spend.tokens
         admission.spend.tokens = actual_tokens  # counts only while its admission time is inside the window
         for bucket, key in ((self._day, admission.day), (self._month, admission.month)):
             # After a rollover the reservation went with the old bucket; the use counts where it finished,
@@ -192,10 +196,10 @@ class TenantLimiter:
     def headers(self, now: float) -> dict[str, str]:
         """OpenAI's x-ratelimit-* headers for the per-minute limits that are set."""
         self._prune(now)
-        spent = [s for s in self._tokens if s.tokens > 0]
+        newest = next((s for s in reversed(self._tokens) if s.tokens > 0), None)
         return rate_headers(self.limits, WindowState(len(self._requests),
                                                      self._requests[-1] if self._requests else None,
-                                                     self._window_tokens(), spent[-1].at if spent else None), now)
+                                                     self._tokens_total, newest.at if newest else None), now)
 
     def _refuse(self, now: float, limit: str, value: int, retry_after_s: float) -> None:
         raise refusal(limit, value, retry_after_s, self.headers(now))
@@ -205,14 +209,11 @@ class TenantLimiter:
         while self._requests and self._requests[0] <= now - WINDOW_S:
             self._requests.popleft()
         while self._tokens and self._tokens[0].at <= now - WINDOW_S:
-            self._tokens.popleft()
+            self._tokens_total -= self._tokens.popleft().tokens
 
     def _roll(self, wall: float) -> None:
         self._day.roll(day_key(wall))
         self._month.roll(month_key(wall))
-
-    def _window_tokens(self) -> int:
-        return sum(s.tokens for s in self._tokens)
 
     def _time_to_free(self, now: float, over: int) -> float:
         """Seconds until `over` tokens have left the window, counting reservations at face value."""
