@@ -160,3 +160,16 @@ def test_unlimited_tenant_headers_are_empty(make):
     for _ in range(20):
         assert backend.admit("t", 10**9).headers == {}
     assert backend.running("t") == 20
+
+
+def test_settling_after_the_window_passed_leaves_the_window_count_alone(make):
+    clock = Clock()
+    backend = make(clock, tokens_per_minute=1000)
+    old = backend.admit("t", 400)
+    clock.now += 30
+    backend.admit("t", 300)
+    clock.now += 31
+    backend.settle(old, 900)  # its spend already left the window
+    assert backend.headers("t")["x-ratelimit-remaining-tokens"] == "700"
+    clock.now += 30
+    assert backend.headers("t")["x-ratelimit-remaining-tokens"] == "1000"
