@@ -64,9 +64,10 @@ class ServingOptions(BaseModel):
     ledger_url: str | None = Field(default=None, description="Usage ledger: a SQLite file (a path or "
                                    "sqlite:///path), or postgresql://user@host/db for one ledger shared by replicas "
                                    "(default: $LORAPLEX_HOME/usage.sqlite).")
-    limits_url: str | None = Field(default=None, pattern=r"^(redis|rediss|unix)://", description="Where tenant limits are counted: unset for this "
-                                   "process alone, or redis://host:port/db to enforce them across every replica "
-                                   "sharing that Redis.")
+    limits_url: str | None = Field(default=None, pattern=r"^(redis|rediss|unix)://",
+                                   description="Where tenant limits are counted: unset for this process alone, "
+                                   "or redis://host:port/db to enforce them across every replica sharing that "
+                                   "Redis.")
     limits_lease_s: float = Field(default=DEFAULT_LEASE_S, gt=0, description="With Redis limits: how long the "
                                   "slots and tokens of a replica that died stay reserved (a live one renews "
                                   "its leases every third of this).")

@@ -32,7 +32,8 @@ RESERVE, USED = 96, 64
 def _percentiles(samples_s: list[float]) -> dict:
     ms = sorted(s * 1000 for s in samples_s)
     q = statistics.quantiles(ms, n=100, method="inclusive")
-    return {"n": len(ms), "p50_ms": round(q[49], 4), "p99_ms": round(q[98], 4), "mean_ms": round(statistics.fmean(ms), 4)}
+    return {"n": len(ms), "p50_ms": round(q[49], 4), "p99_ms": round(q[98], 4),
+            "mean_ms": round(statistics.fmean(ms), 4)}
 
 
 def _admission(backend, requests: int) -> dict:

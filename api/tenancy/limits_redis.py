@@ -303,8 +303,7 @@ class RedisLimits:
                        [self._now(), WINDOW_S, reservation.id, actual_tokens, day_key(wall), month_key(wall)])
         except LimitsUnavailable:
             # Its lease lapses on its own, giving the slots back; the tokens are still in the ledger.
-            logger.error("could not settle reservation %s of tenant %r", reservation.id, reservation.tenant,
-                         exc_info=True)
+            logger.exception("could not settle reservation %s of tenant %r", reservation.id, reservation.tenant)
 
     def _read(self, tenant: str) -> list:
         return self._call(self._state, self._keys(tenant), [self._now(), WINDOW_S])
