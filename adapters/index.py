@@ -1,8 +1,9 @@
-"""The registry index: adapter versions and aliases in SQLite (WAL), shared by the CLI and running servers.
+"""The registry index: adapter versions and aliases in SQLite (WAL; one machine) or PostgreSQL (shared by
+replicas), shared by the CLI and running servers. Same schema and queries on both (adapters/sql.py).
 
 Every call is its own transaction, so a server sees what another process published on its next read.
-Writers take the write lock up front (BEGIN IMMEDIATE), which makes version allocation and alias moves
-atomic across processes.
+Writers take the write lock up front (SQLite's BEGIN IMMEDIATE, PostgreSQL's advisory lock), which makes
+version allocation and alias moves atomic across processes.
 
 Versions are numbered 1, 2, 3... per name and never reused, even after a delete. A push first reserves a
 number (a `pending` row readers ignore), uploads the files, then commits the manifest; an abandoned
@@ -17,20 +18,20 @@ that any alias points at cannot be deleted.
 
 from __future__ import annotations
 
-import sqlite3
-import threading
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 from adapters.identity import STABLE, check_alias, check_name, check_version, version_label
 from adapters.manifest import Manifest, utc_now
+from adapters.sql import Database, SchemaTooNew, migrate, open_database
 
-SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0
+LOCK_KEY = "loraplex.registry"
+VERSION_TABLE = "schema_version"
 
-_SCHEMA = """
+# Version v is MIGRATIONS[v - 1]; add a migration, never edit one that shipped.
+MIGRATIONS = ("""
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS adapters (
     name TEXT PRIMARY KEY,
@@ -55,13 +56,14 @@ CREATE TABLE IF NOT EXISTS aliases (
     PRIMARY KEY (name, alias)
 );
 CREATE TABLE IF NOT EXISTS alias_history (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    id {id},
     name TEXT NOT NULL,
     alias TEXT NOT NULL,
     version INTEGER NOT NULL,
     at TEXT NOT NULL
 );
-"""
+""",)
+SCHEMA_VERSION = len(MIGRATIONS)
 
 
 class VersionNotFound(LookupError):
@@ -80,8 +82,8 @@ class NothingToRollBack(RegistryError):
     """The alias has no earlier target."""
 
 
-class IndexSchemaError(RuntimeError):
-    """The index file was written by a newer loraplex."""
+class IndexSchemaError(SchemaTooNew):
+    """The index was written by a newer loraplex."""
 
 
 @dataclass(frozen=True)
@@ -93,29 +95,23 @@ class Reservation:
 
 
 class RegistryIndex:
-    """Thread-safe (one connection behind a lock) and multi-process-safe (SQLite locking, WAL)."""
+    """Thread-safe (one connection behind a lock) and multi-process-safe (the database's locking). `url` is a
+    SQLite file (a path or `sqlite:///path`) or a `postgresql://` DSN."""
 
-    def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self._lock = threading.RLock()
-        # Autocommit mode: transactions are opened explicitly by _read and _write.
-        self._conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        with self._write() as db:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            row = db.execute("SELECT version FROM schema_version").fetchone()
-            if row is None:
-                db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
-            elif row[0] > SCHEMA_VERSION:
-                raise IndexSchemaError(f"registry index has schema {row[0]}; this loraplex reads up to "
-                                       f"{SCHEMA_VERSION}")
+    def __init__(self, url: str | Path):
+        self.url = str(url)
+        self._db = open_database(url, busy_timeout_s=BUSY_TIMEOUT_S)
+        self.where = self._db.where
+        try:
+            if self._db.dialect == "sqlite":
+                self._db.execute("PRAGMA journal_mode=WAL")
+            migrate(self._db, LOCK_KEY, VERSION_TABLE, MIGRATIONS)
+        except SchemaTooNew as e:
+            self._db.close()
+            raise IndexSchemaError(f"registry index: {e}") from e
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._db.close()
 
     def __enter__(self) -> RegistryIndex:
         return self
@@ -123,24 +119,12 @@ class RegistryIndex:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    @contextmanager
-    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._conn.execute(begin)
-            try:
-                yield self._conn
-                self._conn.execute("COMMIT")
-            except BaseException:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                raise
+    def _read(self) -> AbstractContextManager[Database]:
+        # One consistent snapshot, the newest commit of any process.
+        return self._db.read()
 
-    def _read(self) -> AbstractContextManager[sqlite3.Connection]:
-        # A deferred transaction: one consistent snapshot, the newest commit of any process.
-        return self._transaction("BEGIN")
-
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
-        return self._transaction("BEGIN IMMEDIATE")
+    def _write(self) -> AbstractContextManager[Database]:
+        return self._db.write(LOCK_KEY)
 
     # Versions
 
@@ -148,8 +132,8 @@ class RegistryIndex:
         """The next version number of `name`, or the newest version if its content is `content_hash`."""
         check_name(name)
         with self._write() as db:
-            db.execute("INSERT OR IGNORE INTO adapters (name, description, created_at) VALUES (?, '', ?)",
-                       (name, utc_now()))
+            db.execute("INSERT INTO adapters (name, description, created_at) VALUES (?, '', ?) "
+                       "ON CONFLICT (name) DO NOTHING", (name, utc_now()))
             if description:
                 db.execute("UPDATE adapters SET description = ? WHERE name = ?", (description, name))
             newest = db.execute("SELECT manifest_json FROM versions WHERE name = ? AND state = 'ready' "
@@ -295,7 +279,7 @@ class RegistryIndex:
         return version
 
     @staticmethod
-    def _move_alias(db: sqlite3.Connection, name: str, alias: str, version: int, explicit: bool) -> None:
+    def _move_alias(db: Database, name: str, alias: str, version: int, explicit: bool) -> None:
         db.execute("INSERT INTO aliases (name, alias, version, explicit) VALUES (?, ?, ?, ?) "
                    "ON CONFLICT (name, alias) DO UPDATE SET version = excluded.version, explicit = excluded.explicit",
                    (name, alias, version, int(explicit)))

@@ -44,9 +44,10 @@ class RegistryConfig(BaseModel):
         description="Adapter file store: s3://bucket/prefix, file:///path or a folder "
         "(default: <data home>/registry/blobs).",
     )
-    index_path: str | None = Field(
+    index_url: str | None = Field(
         default=None,
-        description="SQLite index of versions and aliases (default: <data home>/registry/index.sqlite).",
+        description="Index of versions and aliases: a SQLite file (a path or sqlite:///path), or "
+        "postgresql://user@host/db for an index shared by replicas (default: <data home>/registry/index.sqlite).",
     )
     max_adapter_bytes: int = Field(
         default=512 * MIB, ge=1, description="Largest adapter folder a push accepts, in bytes."
@@ -63,8 +64,8 @@ class RegistryConfig(BaseModel):
     def resolved_store_uri(self) -> str:
         return self.store_uri or str(data_home() / "registry" / "blobs")
 
-    def resolved_index_path(self) -> Path:
-        return Path(self.index_path).expanduser() if self.index_path else data_home() / "registry" / "index.sqlite"
+    def resolved_index_url(self) -> str:
+        return self.index_url or str(data_home() / "registry" / "index.sqlite")
 
     def resolved_disk_cache_dir(self) -> Path:
         return Path(self.disk_cache_dir).expanduser() if self.disk_cache_dir else data_home() / "cache" / "adapters"
@@ -119,7 +120,7 @@ class Registry:
     @classmethod
     def from_config(cls, config: RegistryConfig, base: BaseModelSpec | None, max_lora_rank: int) -> Registry:
         return cls(
-            index=RegistryIndex(config.resolved_index_path()),
+            index=RegistryIndex(config.resolved_index_url()),
             store=open_store(config.resolved_store_uri()),
             base=base,
             limits=ValidationLimits(max_lora_rank=max_lora_rank, max_bytes=config.max_adapter_bytes),

@@ -42,7 +42,9 @@ from api.tenancy.admission import FairAdmission
 from api.tenancy.billing import LedgerWriter
 from api.tenancy.config import TenancyConfig
 from api.tenancy.ledger import UsageLedger, default_ledger_path
-from api.tenancy.limits import TenantLimiter, day_start, month_start
+from api.tenancy.limits import day_start, month_start
+from api.tenancy.limits_backend import LimitsBackend, MemoryLimits
+from api.tenancy.limits_redis import DEFAULT_LEASE_S, RedisLimits
 from api.tenancy.pricing import ComputeMeter, PriceTable
 from engine.types import EngineClient
 
@@ -59,8 +61,16 @@ class ServingOptions(BaseModel):
 
     config: str | None = Field(default=None, description="Tenants YAML (keys, limits, prices, SLOs); "
                                "without it the server runs open with one default tenant.")
-    ledger_path: str | None = Field(default=None, description="Usage ledger SQLite file "
-                                    "(default: $LORAPLEX_HOME/usage.sqlite).")
+    ledger_url: str | None = Field(default=None, description="Usage ledger: a SQLite file (a path or "
+                                   "sqlite:///path), or postgresql://user@host/db for one ledger shared by replicas "
+                                   "(default: $LORAPLEX_HOME/usage.sqlite).")
+    limits_url: str | None = Field(default=None, pattern=r"^(redis|rediss|unix)://",
+                                   description="Where tenant limits are counted: unset for this process alone, "
+                                   "or redis://host:port/db to enforce them across every replica sharing that "
+                                   "Redis.")
+    limits_lease_s: float = Field(default=DEFAULT_LEASE_S, gt=0, description="With Redis limits: how long the "
+                                  "slots and tokens of a replica that died stay reserved (a live one renews "
+                                  "its leases every third of this).")
     ledger_synchronous: Literal["NORMAL", "FULL"] = Field(
         default="NORMAL", description="SQLite synchronous mode of the ledger: NORMAL survives a killed "
         "process, FULL also a power loss.")
@@ -156,6 +166,7 @@ class Server:
             task.cancel()
         self.tracing.shutdown()
         self.pipeline.billing.spill()
+        self.pipeline.limits.close()
         self.ledger.close()
         self.registry.close()
 
@@ -177,7 +188,7 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
     metrics = Metrics(CollectorRegistry(), options.metrics_top_n, tenancy.slo_for)
     history = History(metrics.tenant_label, metrics.model_label, time.time)
     tier_events = HistoryTierEvents(metrics.adapters, history)
-    ledger = UsageLedger(Path(options.ledger_path) if options.ledger_path else default_ledger_path(),
+    ledger = UsageLedger(options.ledger_url or default_ledger_path(),
                          synchronous=options.ledger_synchronous)
     if "max_running" in tenancy.admission.model_fields_set or max_running is None:
         max_running = tenancy.admission.max_running
@@ -206,7 +217,7 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
     pipeline = Pipeline(
         engine=engine, tenancy=tenancy, lifecycle=lifecycle,
         accounts=Accounts(sink, tenancy, PriceTable(tenancy), meter, metrics.in_flight, lifecycle),
-        resolver=resolver, limits=TenantLimits(_limiters(tenancy, ledger)),
+        resolver=resolver, limits=TenantLimits(limits_backend(options, tenancy, ledger)),
         admission=EngineAdmission(tenancy, queue, tracing), loader=AdapterLoader(tiers, tracing), tracing=tracing,
         input_limits=input_limits, billing=billing, cache_salts=CacheSalts(),
     )
@@ -217,16 +228,20 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
     )
 
 
-def _limiters(tenancy: TenancyConfig, ledger: UsageLedger) -> dict[str, TenantLimiter]:
-    """One limiter per tenant, its day and month budgets seeded from the ledger."""
+def limits_backend(options: ServingOptions, tenancy: TenancyConfig, ledger: UsageLedger) -> LimitsBackend:
+    """Memory (unset) or Redis (`redis://`, `rediss://`, `unix://`), with each tenant's day and month budgets
+    seeded from the ledger (Redis keeps counts already there)."""
+    limits = {tenant.name: tenant.limits for tenant in tenancy.tenants}
+    url = options.limits_url
+    if url is None:
+        backend: LimitsBackend = MemoryLimits(limits)
+    else:
+        backend = RedisLimits(url, limits, lease_s=options.limits_lease_s)
     wall = time.time()
-    limiters = {}
     for tenant in tenancy.tenants:
-        limiter = TenantLimiter(tenant.limits)
-        limiter.seed_usage(ledger.tokens_in(tenant.name, day_start(wall)),
-                           ledger.tokens_in(tenant.name, month_start(wall)), wall)
-        limiters[tenant.name] = limiter
-    return limiters
+        backend.seed_usage(tenant.name, ledger.tokens_in(tenant.name, day_start(wall)),
+                           ledger.tokens_in(tenant.name, month_start(wall)))
+    return backend
 
 
 def _engine_gauges(engine: EngineClient) -> EngineGauges:

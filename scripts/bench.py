@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_kernels  # noqa: E402
 import bench_serving  # noqa: E402
+import bench_state  # noqa: E402
 import bench_tenants  # noqa: E402
 import bench_tiers  # noqa: E402
 from bench_report import markdown_table, replace_section, write_run  # noqa: E402
@@ -75,6 +76,9 @@ SCENARIOS = {
                  models=BENCH_MODELS),
         Scenario("kernels", "Offline throughput: vLLM's stock CPU LoRA ops vs loraplex's grouped ops.",
                  on_tiny(bench_kernels.run), one_table(bench_kernels.table), bench_kernels.plot, in_quick=False),
+        Scenario("state", "What shared state costs a request: limit admission in-process vs Redis, one ledger "
+                 "commit in SQLite vs PostgreSQL (loopback servers, no engine).",
+                 on_tiny(bench_state.run), bench_state.tables, in_quick=False),
     )
 }
 

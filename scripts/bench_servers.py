@@ -52,8 +52,8 @@ def percentile_ms(values: list[float], q: int) -> float | None:
 
 def own_state(state: str) -> tuple[str, ...]:
     """loraplex flags that put its registry, disk cache and ledger under `state`, so a run starts empty."""
-    return ("--store-uri", f"{state}/blobs", "--index-path", f"{state}/index.sqlite",
-            "--disk-cache-dir", f"{state}/cache", "--ledger-path", f"{state}/usage.sqlite")
+    return ("--store-uri", f"{state}/blobs", "--index-url", f"{state}/index.sqlite",
+            "--disk-cache-dir", f"{state}/cache", "--ledger-url", f"{state}/usage.sqlite")
 
 
 def free_port() -> int:

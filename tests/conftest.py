@@ -261,7 +261,7 @@ def registry(demo_home, demo_assets):
     from adapters.registry import Registry, RegistryConfig
 
     config = RegistryConfig(store_uri=str(demo_home / "registry" / "blobs"),
-                            index_path=str(demo_home / "registry" / "index.sqlite"))
+                            index_url=str(demo_home / "registry" / "index.sqlite"))
     reg = Registry.from_config(config, base_model_spec(demo_assets.model_dir), max_lora_rank=64)
     yield reg
     reg.close()
@@ -387,3 +387,31 @@ def smollm2_tokenizer(smollm2_assets):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(smollm2_assets.model_dir)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    """A real redis-server on a free loopback port for the whole session."""
+    from tests.state_servers import RedisServer
+
+    server = RedisServer(tmp_path_factory.mktemp("state"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory):
+    """A real PostgreSQL cluster on a free loopback port for the whole session."""
+    from tests.state_servers import PostgresServer
+
+    server = PostgresServer(tmp_path_factory.mktemp("state"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request, tmp_path) -> str:
+    """Where a SQL-backed store lives, once per backend: a fresh SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "state" / "db.sqlite")
+    return request.getfixturevalue("postgres_server").new_database()

@@ -25,7 +25,7 @@ def add_adapters_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
     fields = RegistryConfig.model_fields
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--store", default=None, metavar="URI", help=fields["store_uri"].description)
-    common.add_argument("--index", default=None, metavar="PATH", help=fields["index_path"].description)
+    common.add_argument("--index", default=None, metavar="PATH|URL", help=fields["index_url"].description)
     common.add_argument("--base-model", default=None, metavar="DIR", type=Path,
                         help="Llama-family checkpoint that pushed adapters must fit (default: the embedded demo "
                              "model chosen by --demo).")
@@ -84,7 +84,7 @@ def _fail(message: str, problems: list[str]) -> int:
 
 
 def _open_registry(args: argparse.Namespace) -> Registry:
-    config = RegistryConfig(store_uri=args.store, index_path=args.index, max_adapter_bytes=args.max_adapter_bytes)
+    config = RegistryConfig(store_uri=args.store, index_url=args.index, max_adapter_bytes=args.max_adapter_bytes)
     base = None
     if args.adapters_command == "push":
         base_dir = args.base_model

@@ -15,6 +15,7 @@ from adapters.demo.assets import DemoAssets, DemoConfig, ensure_demo_assets
 from adapters.demo.smollm2 import GgufNotFoundError
 from adapters.home import demo_home
 from adapters.registry import Registry, RegistryConfig
+from adapters.sql import DB_ERRORS
 from adapters.validation import AdapterValidationError
 from api.cli.flags import add_config_arguments, config_from_args
 from api.input_limits import InputLimits
@@ -22,6 +23,8 @@ from api.lifecycle import DrainingServer, http_config
 from api.sagemaker.environment import MODEL_DIR, PORT_ENV, ModelArtifacts, bound_port, model_artifacts
 from api.server import ServingOptions, TierSizes, build_server
 from api.tenancy.config import ConfigError, TenancyConfig, load_tenancy_config
+from api.tenancy.ledger import LedgerError
+from api.tenancy.limits_backend import LimitsUnavailable
 from engine.config import EngineConfig
 
 
@@ -152,7 +155,10 @@ def serve(args: argparse.Namespace) -> None:
         base = base_model_spec(Path(model))
     except BaseModelError as e:
         raise SystemExit(f"--model: {e}") from e
-    registry = Registry.from_config(registry_config, base, engine_config.max_lora_rank)
+    try:
+        registry = Registry.from_config(registry_config, base, engine_config.max_lora_rank)
+    except DB_ERRORS as e:
+        raise SystemExit(f"--index-url: cannot open the registry index: {e}") from e
     published = _publish_startup_adapters(registry, flags)
     engine = LoraplexEngine(engine_config)
     if engine.model_id != base.model_id:
@@ -162,8 +168,13 @@ def serve(args: argparse.Namespace) -> None:
                          f"{engine_config.max_cpu_loras}")
     sizes = TierSizes(engine_config.max_loras, engine_config.max_cpu_loras,
                       registry_config.resolved_disk_cache_dir(), registry_config.disk_cache_bytes)
-    server = build_server(engine, registry, tenancy, options, sizes, tuple(args.pin),
-                          max_running=engine_config.max_num_seqs, input_limits=input_limits)
+    try:
+        server = build_server(engine, registry, tenancy, options, sizes, tuple(args.pin),
+                              max_running=engine_config.max_num_seqs, input_limits=input_limits)
+    except LedgerError as e:
+        raise SystemExit(f"--ledger-url: {e}") from e
+    except LimitsUnavailable as e:
+        raise SystemExit(f"--limits-url: {e}") from e
     print(f"[loraplex] serving {engine.model_id}; registry {registry_config.resolved_store_uri()}; "
           f"published at start: {', '.join(published) or '(none)'}", file=sys.stderr, flush=True)
     config = http_config(create_app(server), input_limits, server_config.host, server_config.port,

@@ -40,8 +40,9 @@ def add_tenant_parsers(subparsers: argparse._SubParsersAction) -> None:
     usage = subparsers.add_parser(
         "usage", help="Requests, tokens, price and compute cost per tenant, model and version.",
         description="Summarise the usage ledger. Safe to run while the server writes it.")
-    usage.add_argument("--ledger", type=Path, default=None,
-                       help="Ledger file (default: usage.sqlite under $LORAPLEX_HOME, else ~/.local/share/loraplex).")
+    usage.add_argument("--ledger", default=None, metavar="PATH|URL",
+                       help="Ledger: a SQLite file, or the postgresql:// DSN replicas write to (default: "
+                       "usage.sqlite under $LORAPLEX_HOME, else ~/.local/share/loraplex).")
     usage.add_argument("--tenant", default=None, help="Only this tenant.")
     usage.add_argument("--model", default=None, help="Only this base model id or adapter name.")
     usage.add_argument("--since", default=None,

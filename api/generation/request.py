@@ -155,10 +155,11 @@ class GenerationService(ABC, Generic[Req]):
             account.model, account.version = served.name, served.version
             tenant_cap = p.tenancy.tenant(caller.tenant).limits.max_tokens
             prepared = Prepared(await self.prepare(req, response_id, tenant_cap))
-            p.limits.admit(caller, prepared.reserve_tokens, prepared.sequences, req.output_limit().param, account)
+            limit_headers = await p.limits.admit(caller, prepared.reserve_tokens, prepared.sequences,
+                                           req.output_limit().param, account)
             await p.admission.enter(caller, prepared.sequences, account)
             adapter = await p.loader.enter(served, account)
-            headers = {SERVED_MODEL_HEADER: served.id, **p.limits.headers(caller)}
+            headers = {SERVED_MODEL_HEADER: served.id, **limit_headers}
             created = int(time.time())
             calls = run_calls(self.engine, adapter, prepared.calls, account, p.cache_salts.salt_of(caller.tenant))
             deltas = traced(calls, p.tracing, "engine.generate", model=served.id, tenant=caller.tenant,

@@ -1,29 +1,34 @@
-"""The usage ledger: one SQLite row per finished request, committed before `record` returns.
+"""The usage ledger: one row per finished request, committed before `record` returns, in SQLite (one machine)
+or PostgreSQL (one ledger that every replica writes and every operator queries); same schema and queries.
 
-Durability: the database runs in WAL mode. With `synchronous=NORMAL` (default) a committed row is in
+Durability, SQLite: the database runs in WAL mode. With `synchronous=NORMAL` (default) a committed row is in
 the WAL file in the OS page cache before `record` returns, so it survives the server being killed
 (kill -9, OOM) but the last commits may be lost if the machine loses power. `synchronous=FULL` syncs
 the WAL to disk on every commit and survives power loss too, at the cost of one fsync per request.
-Other processes (`loraplex usage`) read the file while the server writes, through `UsageLedger.reader`.
+PostgreSQL: `record` returns after the server acknowledged the commit (durable as the server is configured,
+`synchronous_commit`); `synchronous` does not apply.
+Other processes (`loraplex usage`) read while the server writes, through `UsageLedger.reader`.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from pathlib import Path
 from typing import Literal
 
 from adapters.home import data_home
+from adapters.sql import DB_ERRORS, Database, SchemaTooNew, migrate, open_database, schema_version, sqlite_path
 from api.observability.outcome import RequestOutcome
 
-SCHEMA_VERSION = 1
 LEDGER_FILE = "usage.sqlite"
 GROUP_COLUMNS = ("tenant", "model", "version", "priority", "status", "finish")
+LOCK_KEY = "loraplex.ledger"
+VERSION_TABLE = "usage_schema_version"
 
-_SCHEMA = """
+# Version v is MIGRATIONS[v - 1]; add a migration, never edit one that shipped.
+MIGRATIONS = ("""
 CREATE TABLE IF NOT EXISTS usage (
-    id INTEGER PRIMARY KEY,
+    id {id},
     request_id TEXT NOT NULL UNIQUE,
     tenant TEXT NOT NULL,
     priority TEXT NOT NULL,
@@ -31,18 +36,19 @@ CREATE TABLE IF NOT EXISTS usage (
     version TEXT NOT NULL,
     prompt_tokens INTEGER NOT NULL,
     completion_tokens INTEGER NOT NULL,
-    queue_s REAL NOT NULL,
-    ttft_s REAL,
-    e2e_s REAL NOT NULL,
+    queue_s {float} NOT NULL,
+    ttft_s {float},
+    e2e_s {float} NOT NULL,
     status INTEGER NOT NULL,
     finish TEXT NOT NULL,
-    price_usd REAL NOT NULL,
-    cost_usd REAL NOT NULL,
-    created_at REAL NOT NULL
+    price_usd {float} NOT NULL,
+    cost_usd {float} NOT NULL,
+    created_at {float} NOT NULL
 );
 CREATE INDEX IF NOT EXISTS usage_tenant_created ON usage (tenant, created_at);
 CREATE INDEX IF NOT EXISTS usage_created ON usage (created_at);
-"""
+""",)
+SCHEMA_VERSION = len(MIGRATIONS)
 
 _COLUMNS = ("request_id", "tenant", "priority", "model", "version", "prompt_tokens", "completion_tokens",
             "queue_s", "ttft_s", "e2e_s", "status", "finish", "price_usd", "cost_usd", "created_at")
@@ -58,78 +64,71 @@ def default_ledger_path() -> Path:
 
 
 class UsageLedger:
-    """Writer (the server) or, via `reader`, a read-only view for another process. Thread-safe."""
+    """Writer (the server) or, via `reader`, a read-only view for another process. Thread-safe. `url` is a
+    SQLite file (a path or `sqlite:///path`) or a `postgresql://` DSN."""
 
-    def __init__(self, path: str | Path, synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+    def __init__(self, url: str | Path, synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
                  read_only: bool = False):
         if synchronous not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be NORMAL or FULL, got {synchronous!r}")
-        self.path = Path(path)
+        self.url = str(url)
         self.read_only = read_only
         self._lock = threading.Lock()
-        self._conn = self._open_reader() if read_only else self._open_writer(synchronous)
+        self._db = self._open_reader() if read_only else self._open_writer(synchronous)
+        self.where = self._db.where
+
+    @property
+    def path(self) -> Path:
+        """Where files beside the ledger go (the pending-rows spill file): the SQLite file, or for a server
+        ledger a file under $LORAPLEX_HOME."""
+        return default_ledger_path() if self._db.dialect == "postgresql" else sqlite_path(self.url)
 
     @classmethod
-    def reader(cls, path: str | Path) -> UsageLedger:
+    def reader(cls, url: str | Path) -> UsageLedger:
         """Open an existing ledger read-only; safe while a server process writes it."""
-        return cls(path, read_only=True)
+        return cls(url, read_only=True)
 
-    def _open_writer(self, synchronous: str) -> sqlite3.Connection:
+    def _open_writer(self, synchronous: str) -> Database:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        except (OSError, sqlite3.Error) as e:
-            raise LedgerError(f"cannot open usage ledger {self.path}: {e}") from e
+            db = open_database(self.url, busy_timeout_s=5.0)
+        except (OSError, *DB_ERRORS) as e:
+            raise LedgerError(f"cannot open usage ledger {self.url}: {e}") from e
         try:
-            conn.execute("PRAGMA busy_timeout = 5000")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if mode.lower() != "wal":
-                raise LedgerError(f"usage ledger {self.path}: WAL mode refused (journal_mode={mode})")
-            conn.execute(f"PRAGMA synchronous = {synchronous}")
-            self._migrate(conn)
-        except sqlite3.Error as e:
-            conn.close()
-            raise LedgerError(f"cannot open usage ledger {self.path}: {e}") from e
+            if db.dialect == "sqlite":
+                mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if mode.lower() != "wal":
+                    raise LedgerError(f"usage ledger {db.where}: WAL mode refused (journal_mode={mode})")
+                db.execute(f"PRAGMA synchronous = {synchronous}")
+            # Ledgers written before the version table kept their version in SQLite's user_version.
+            legacy = db.execute("PRAGMA user_version").fetchone()[0] if db.dialect == "sqlite" else 0
+            migrate(db, LOCK_KEY, VERSION_TABLE, MIGRATIONS, legacy_version=legacy)
+        except (SchemaTooNew, *DB_ERRORS) as e:
+            db.close()
+            raise LedgerError(f"cannot open usage ledger {db.where}: {e}") from e
         except LedgerError:
-            conn.close()
+            db.close()
             raise
-        return conn
+        return db
 
-    def _open_reader(self) -> sqlite3.Connection:
-        if not self.path.is_file():
-            raise LedgerError(f"no usage ledger at {self.path}")
+    def _open_reader(self) -> Database:
+        if "://" not in self.url and not sqlite_path(self.url).is_file():
+            raise LedgerError(f"no usage ledger at {self.url}")
         try:
-            conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False,
-                                   isolation_level=None)
-            conn.execute("PRAGMA busy_timeout = 5000")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-        except sqlite3.Error as e:
-            raise LedgerError(f"cannot read usage ledger {self.path}: {e}") from e
+            db = open_database(self.url, read_only=True, busy_timeout_s=5.0)
+            version = schema_version(db, VERSION_TABLE)
+            if version == 0 and db.dialect == "sqlite":
+                version = db.execute("PRAGMA user_version").fetchone()[0]
+        except (OSError, *DB_ERRORS) as e:
+            raise LedgerError(f"cannot read usage ledger {self.url}: {e}") from e
         if version != SCHEMA_VERSION:
-            conn.close()
-            raise LedgerError(f"usage ledger {self.path} has schema version {version}, this loraplex reads "
+            db.close()
+            raise LedgerError(f"usage ledger {db.where} has schema version {version}, this loraplex reads "
                               f"{SCHEMA_VERSION}")
-        return conn
-
-    @staticmethod
-    def _migrate(conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")  # re-read under the write lock: two servers may start together
-        try:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise LedgerError(f"schema version {version} is newer than this loraplex ({SCHEMA_VERSION})")
-            if version < SCHEMA_VERSION:
-                for statement in filter(str.strip, _SCHEMA.split(";")):
-                    conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        return db
 
     def close(self) -> None:
         with self._lock:
-            self._conn.close()
+            self._db.close()
 
     def __enter__(self) -> UsageLedger:
         return self
@@ -140,18 +139,18 @@ class UsageLedger:
     def record(self, outcome: RequestOutcome, finish: str) -> bool:
         """Insert and commit one row; False when this request id is already recorded."""
         if self.read_only:
-            raise LedgerError(f"usage ledger {self.path} was opened read-only")
+            raise LedgerError(f"usage ledger {self.where} was opened read-only")
         row = (outcome.request_id, outcome.tenant, outcome.priority, outcome.model, outcome.version,
                outcome.prompt_tokens, outcome.completion_tokens, outcome.queue_seconds, outcome.ttft_seconds,
                outcome.e2e_seconds, outcome.status, finish, outcome.price_usd, outcome.cost_usd,
                outcome.finished_at)
-        sql = (f"INSERT OR IGNORE INTO usage ({', '.join(_COLUMNS)}) "
-               f"VALUES ({', '.join('?' * len(_COLUMNS))})")
+        sql = (f"INSERT INTO usage ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))}) "
+               "ON CONFLICT (request_id) DO NOTHING")
         try:
             with self._lock:
-                cursor = self._conn.execute(sql, row)  # autocommit: committed when execute returns
-        except sqlite3.Error as e:
-            raise LedgerError(f"cannot record request {outcome.request_id} in {self.path}: {e}") from e
+                cursor = self._db.execute(sql, row)  # autocommit: committed when execute returns
+        except DB_ERRORS as e:
+            raise LedgerError(f"cannot record request {outcome.request_id} in {self.where}: {e}") from e
         return cursor.rowcount == 1
 
     def count(self) -> int:
@@ -177,7 +176,7 @@ class UsageLedger:
                "COALESCE(SUM(prompt_tokens), 0) AS prompt_tokens, "
                "COALESCE(SUM(completion_tokens), 0) AS completion_tokens, "
                "COALESCE(SUM(price_usd), 0.0) AS price_usd, COALESCE(SUM(cost_usd), 0.0) AS cost_usd, "
-               "COALESCE(SUM(status >= 500), 0) AS errors "
+               "COALESCE(SUM(CASE WHEN status >= 500 THEN 1 ELSE 0 END), 0) AS errors "
                f"FROM usage{where}{' GROUP BY ' + keys + ' ORDER BY ' + keys if keys else ''}")
         rows = self._fetch(sql, params)
         return [r for r in rows if r["requests"]]
@@ -191,11 +190,9 @@ class UsageLedger:
     def _fetch(self, sql: str, params: tuple) -> list[dict]:
         try:
             with self._lock:
-                cursor = self._conn.execute(sql, params)
-                names = [d[0] for d in cursor.description]
-                return [dict(zip(names, row)) for row in cursor.fetchall()]
-        except sqlite3.Error as e:
-            raise LedgerError(f"cannot read usage ledger {self.path}: {e}") from e
+                return self._db.fetch_dicts(sql, params)
+        except DB_ERRORS as e:
+            raise LedgerError(f"cannot read usage ledger {self.where}: {e}") from e
 
 
 def _filters(tenant: str | None, model: str | None, since: float | None, until: float | None,

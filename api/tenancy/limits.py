@@ -127,6 +127,7 @@ class TenantLimiter:
         self.limits = limits
         self._requests: deque[float] = deque()
         self._tokens: deque[_Spend] = deque()
+        self._tokens_total = 0  # sum of self._tokens: an admission does not walk the window
         self._running = 0
         self._day = _Bucket()
         self._month = _Bucket()
@@ -150,12 +151,7 @@ class TenantLimiter:
         """Take a concurrency slot per sequence and reserve tokens, or raise LimitExceeded / NeverFits without
         taking anything."""
         lim = self.limits
-        for name, value, asked in (("tokens_per_minute", lim.tokens_per_minute, reserve_tokens),
-                                   ("tokens_per_day", lim.tokens_per_day, reserve_tokens),
-                                   ("tokens_per_month", lim.tokens_per_month, reserve_tokens),
-                                   ("max_concurrent", lim.max_concurrent, sequences)):
-            if value is not None and asked > value:
-                raise NeverFits(name, value, asked)
+        check_fits(lim, reserve_tokens, sequences)
         self._prune(now)
         self._roll(wall)
         if lim.max_concurrent is not None and self._running + sequences > lim.max_concurrent:
@@ -165,7 +161,7 @@ class TenantLimiter:
             self._refuse(now, "requests_per_minute", lim.requests_per_minute,
                          self._requests[excess] + WINDOW_S - now)
         if lim.tokens_per_minute is not None:
-            over = self._window_tokens() + reserve_tokens - lim.tokens_per_minute
+            over = self._tokens_total + reserve_tokens - lim.tokens_per_minute
             if over > 0:
                 self._refuse(now, "tokens_per_minute", lim.tokens_per_minute, self._time_to_free(now, over))
         if lim.tokens_per_day is not None and self._day.tokens + reserve_tokens > lim.tokens_per_day:
@@ -175,6 +171,7 @@ class TenantLimiter:
         spend = _Spend(now, reserve_tokens)
         self._requests.append(now)
         self._tokens.append(spend)
+        self._tokens_total += reserve_tokens
         self._running += sequences
         self._day.tokens += reserve_tokens
         self._month.tokens += reserve_tokens
@@ -188,6 +185,8 @@ class TenantLimiter:
         self._running -= admission.sequences
         self._prune(now)
         self._roll(wall)
+        if admission.spend.at > now - WINDOW_S:  # still in the window (pruning just dropped the older ones)
+            self._tokens_total += actual_tokens - admission.spend.tokens
         admission.spend.tokens = actual_tokens  # counts only while its admission time is inside the window
         for bucket, key in ((self._day, admission.day), (self._month, admission.month)):
             # After a rollover the reservation went with the old bucket; the use counts where it finished,
@@ -197,39 +196,24 @@ class TenantLimiter:
     def headers(self, now: float) -> dict[str, str]:
         """OpenAI's x-ratelimit-* headers for the per-minute limits that are set."""
         self._prune(now)
-        out: dict[str, str] = {}
-        rpm = self.limits.requests_per_minute
-        if rpm is not None:
-            out["x-ratelimit-limit-requests"] = str(rpm)
-            out["x-ratelimit-remaining-requests"] = str(max(0, rpm - len(self._requests)))
-            reset = self._requests[-1] + WINDOW_S - now if self._requests else 0.0
-            out["x-ratelimit-reset-requests"] = format_duration(reset)
-        tpm = self.limits.tokens_per_minute
-        if tpm is not None:
-            out["x-ratelimit-limit-tokens"] = str(tpm)
-            out["x-ratelimit-remaining-tokens"] = str(max(0, tpm - self._window_tokens()))
-            spent = [s for s in self._tokens if s.tokens > 0]
-            out["x-ratelimit-reset-tokens"] = format_duration(spent[-1].at + WINDOW_S - now if spent else 0.0)
-        return out
+        newest = next((s for s in reversed(self._tokens) if s.tokens > 0), None)
+        return rate_headers(self.limits, WindowState(len(self._requests),
+                                                     self._requests[-1] if self._requests else None,
+                                                     self._tokens_total, newest.at if newest else None), now)
 
     def _refuse(self, now: float, limit: str, value: int, retry_after_s: float) -> None:
-        retry_after_s = max(0.0, retry_after_s)
-        headers = self.headers(now)
-        headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
-        raise LimitExceeded(limit, value, retry_after_s, headers)
+        raise refusal(limit, value, retry_after_s, self.headers(now))
+
 
     def _prune(self, now: float) -> None:
         while self._requests and self._requests[0] <= now - WINDOW_S:
             self._requests.popleft()
         while self._tokens and self._tokens[0].at <= now - WINDOW_S:
-            self._tokens.popleft()
+            self._tokens_total -= self._tokens.popleft().tokens
 
     def _roll(self, wall: float) -> None:
         self._day.roll(day_key(wall))
         self._month.roll(month_key(wall))
-
-    def _window_tokens(self) -> int:
-        return sum(s.tokens for s in self._tokens)
 
     def _time_to_free(self, now: float, over: int) -> float:
         """Seconds until `over` tokens have left the window, counting reservations at face value."""
@@ -239,3 +223,52 @@ class TenantLimiter:
             if freed >= over:
                 return spend.at + WINDOW_S - now
         return WINDOW_S
+
+
+@dataclass(frozen=True)
+class WindowState:
+    """What the x-ratelimit-* headers report: the last 60 s of requests and tokens (times as `now`)."""
+
+    requests: int
+    last_request_at: float | None
+    tokens: int
+    last_spend_at: float | None  # the newest admission whose tokens still count
+
+
+def check_fits(limits: TenantLimits, reserve_tokens: int, sequences: int) -> None:
+    """Raises NeverFits when the request needs more than a limit ever allows."""
+    for name, value, asked in (("tokens_per_minute", limits.tokens_per_minute, reserve_tokens),
+                               ("tokens_per_day", limits.tokens_per_day, reserve_tokens),
+                               ("tokens_per_month", limits.tokens_per_month, reserve_tokens),
+                               ("max_concurrent", limits.max_concurrent, sequences)):
+        if value is not None and asked > value:
+            raise NeverFits(name, value, asked)
+
+
+def rate_headers(limits: TenantLimits, state: WindowState, now: float) -> dict[str, str]:
+    """OpenAI's x-ratelimit-* headers for the per-minute limits that are set."""
+    out: dict[str, str] = {}
+    rpm = limits.requests_per_minute
+    if rpm is not None:
+        out["x-ratelimit-limit-requests"] = str(rpm)
+        out["x-ratelimit-remaining-requests"] = str(max(0, rpm - state.requests))
+        reset = state.last_request_at + WINDOW_S - now if state.last_request_at is not None else 0.0
+        out["x-ratelimit-reset-requests"] = format_duration(reset)
+    tpm = limits.tokens_per_minute
+    if tpm is not None:
+        out["x-ratelimit-limit-tokens"] = str(tpm)
+        out["x-ratelimit-remaining-tokens"] = str(max(0, tpm - state.tokens))
+        reset = state.last_spend_at + WINDOW_S - now if state.last_spend_at is not None else 0.0
+        out["x-ratelimit-reset-tokens"] = format_duration(reset)
+    return out
+
+
+def refusal(limit: str, value: int, retry_after_s: float, headers: dict[str, str]) -> LimitExceeded:
+    """The 429 for `limit`: the rate headers plus Retry-After in whole seconds (at least 1)."""
+    retry_after_s = max(0.0, retry_after_s)
+    return LimitExceeded(limit, value, retry_after_s, {**headers, "Retry-After": str(max(1, math.ceil(retry_after_s)))})
+
+
+def reset_seconds(wall: float) -> tuple[float, float]:
+    """Seconds from `wall` to the next UTC day and month: when the calendar budgets refill."""
+    return _seconds_to_next_day(wall), _seconds_to_next_month(wall)

@@ -23,8 +23,8 @@ def manifest(name: str, content: str) -> Manifest:
 
 
 @pytest.fixture
-def index(tmp_path):
-    with RegistryIndex(tmp_path / "sub" / "index.sqlite") as idx:
+def index(database_url):
+    with RegistryIndex(database_url) as idx:
         yield idx
 
 
@@ -113,8 +113,8 @@ def test_set_alias_needs_an_existing_version(index):
         index.set_alias("a", "stable", 7)
 
 
-def test_another_connection_sees_new_versions(tmp_path):
-    path = tmp_path / "index.sqlite"
+def test_another_connection_sees_new_versions(database_url):
+    path = database_url
     with RegistryIndex(path) as reader, RegistryIndex(path) as writer:
         assert reader.names() == []
         push(writer, "a", "v1")
@@ -141,12 +141,12 @@ def test_threads_allocate_distinct_versions(index):
     assert errors == [] and sorted(versions) == list(range(1, 21))
 
 
-def test_processes_allocate_distinct_versions(tmp_path):
-    path = tmp_path / "index.sqlite"
+def test_processes_allocate_distinct_versions(database_url):
+    path = database_url
     RegistryIndex(path).close()
     script = (
         "import sys; from tests.adapters.test_index import manifest, push; from adapters.index import RegistryIndex\n"
-        "idx = RegistryIndex(__import__('pathlib').Path(sys.argv[1]))\n"
+        "idx = RegistryIndex(sys.argv[1])\n"
         "print(' '.join(map(str, push(idx, 'a', *(sys.argv[2] + str(j) for j in range(10))))))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -158,7 +158,7 @@ def test_failed_upload_leaves_no_version_and_no_blobs(tmp_path, base_spec, copy_
 
 
 def test_push_to_s3_then_fetch_through_disk_cache(s3_bucket, tmp_path, base_spec, copy_adapter):
-    config = RegistryConfig(store_uri=f"s3://{s3_bucket}/adapters", index_path=str(tmp_path / "index.sqlite"),
+    config = RegistryConfig(store_uri=f"s3://{s3_bucket}/adapters", index_url=str(tmp_path / "index.sqlite"),
                             disk_cache_dir=str(tmp_path / "cache"))
     registry = Registry.from_config(config, base_spec, max_lora_rank=64)
     folder = copy_adapter("poet")
@@ -179,7 +179,7 @@ def test_config_defaults_live_under_data_home(tmp_path, monkeypatch):
     monkeypatch.setenv("LORAPLEX_HOME", str(tmp_path))
     config = RegistryConfig()
     assert config.resolved_store_uri() == str(tmp_path / "registry" / "blobs")
-    assert config.resolved_index_path() == tmp_path / "registry" / "index.sqlite"
+    assert config.resolved_index_url() == str(tmp_path / "registry" / "index.sqlite")
     assert config.resolved_disk_cache_dir() == tmp_path / "cache" / "adapters"
     assert (config.max_adapter_bytes, config.disk_cache_bytes) == (512 * 2 ** 20, 2 * 2 ** 30)
     for name, field in RegistryConfig.model_fields.items():

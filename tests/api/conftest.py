@@ -90,9 +90,9 @@ def make_fake_server(fake_engine, demo_assets, tmp_path):
 
     def make(**kwargs):
         base = base_model_spec(demo_assets.model_dir)
-        config = RegistryConfig(store_uri=str(tmp_path / "blobs"), index_path=str(tmp_path / "index.sqlite"))
+        config = RegistryConfig(store_uri=str(tmp_path / "blobs"), index_url=str(tmp_path / "index.sqlite"))
         registry = Registry.from_config(config, base, max_lora_rank=64)
-        options = ServingOptions(ledger_path=str(tmp_path / "usage.sqlite"))
+        options = ServingOptions(ledger_url=str(tmp_path / "usage.sqlite"))
         return build_server(fake_engine, registry, TenancyConfig.open_default(), options, None, **kwargs)
 
     return make

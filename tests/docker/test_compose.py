@@ -9,6 +9,7 @@ import json
 import re
 from importlib import resources
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import jsonschema
 import pytest
@@ -134,6 +135,14 @@ def test_replicas_profile(compose):
     assert server["depends_on"]["minio-init"]["condition"] == "service_completed_successfully"
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         assert server["environment"][key] in compose["services"]["minio"]["environment"].values()
+    assert flag(server["command"], "--limits-url") == "redis://redis:6379/0"
+    postgres = compose["services"]["postgres"]["environment"]
+    for option in ("--ledger-url", "--index-url"):
+        url = urlsplit(flag(server["command"], option))
+        assert (url.scheme, url.hostname, url.path) == ("postgresql", "postgres", f"/{postgres['POSTGRES_DB']}")
+        assert (url.username, url.password) == (postgres["POSTGRES_USER"], postgres["POSTGRES_PASSWORD"])
+    for store in ("redis", "postgres"):
+        assert server["depends_on"][store]["condition"] == "service_healthy"
 
 
 def test_published_ports_are_loopback_only(compose):

@@ -13,13 +13,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import bench  # noqa: E402
 import bench_kernels  # noqa: E402
 import bench_servers  # noqa: E402
+import bench_state  # noqa: E402
 import bench_tenants  # noqa: E402
 import bench_tiers  # noqa: E402
 from bench_report import markdown_table, replace_section, write_run  # noqa: E402
 
 
 @pytest.mark.parametrize("argv,expected", [
-    ([], ["overhead", "lora-scaling", "tiers", "noisy-neighbour", "baseline-hf", "kernels"]),
+    ([], ["overhead", "lora-scaling", "tiers", "noisy-neighbour", "baseline-hf", "kernels", "state"]),
     (["tiers", "kernels"], ["tiers", "kernels"]),
 ])
 def test_scenarios_parse(argv, expected):
@@ -216,3 +217,13 @@ def test_tenants_config_is_valid():
     for admission in bench_tenants.MODES.values():
         config = TenancyConfig.model_validate(bench_tenants.tenants_config({"a": "ka", "b": "kb"}, admission))
         assert [t.name for t in config.tenants] == ["a", "b"]
+
+
+def test_state_tables():
+    timing = {"p50_ms": 0.1, "p99_ms": 0.3, "mean_ms": 0.12, "n": 3}
+    results = {"requests": 3, "commits": 2,
+               "admission": {"memory": {"admit": timing, "settle": timing, "admit_settle": timing}},
+               "ledger": {"postgresql": timing}}
+    (_, _, admission), (_, headers, ledger) = bench_state.tables(results)
+    assert admission == [["memory", 0.1, 0.3, 0.1, 0.3, 0.1, 0.3]]
+    assert headers == ["ledger", "p50", "p99", "mean"] and ledger == [["postgresql", 0.1, 0.3, 0.12]]

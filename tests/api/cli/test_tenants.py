@@ -118,20 +118,31 @@ def _outcome(request_id, tenant, model, version, prompt, completion, price, cost
                           0.2, (), price, cost, at)
 
 
-@pytest.fixture
-def ledger_path(tmp_path):
-    path = tmp_path / "usage.sqlite"
+def _fill(url) -> None:
     old = datetime(2020, 1, 1, tzinfo=timezone.utc).timestamp()
     recent = datetime.now(timezone.utc).timestamp() - 60
-    with UsageLedger(path) as ledger:
+    with UsageLedger(url) as ledger:
         ledger.record(_outcome("1", "acme", "sql-helper", "2", 100, 50, 0.000125, 0.00002, recent), "stop")
         ledger.record(_outcome("2", "acme", "sql-helper", "2", 300, 150, 0.000375, 0.00006, recent), "stop")
         ledger.record(_outcome("3", "hobby", "tiny-llama", "", 10, 5, 0.0, 0.000001, old), "length")
+
+
+@pytest.fixture
+def ledger_path(tmp_path):
+    path = tmp_path / "usage.sqlite"
+    _fill(path)
     return path
 
 
-def test_usage_table(ledger_path, capsys):
-    assert run(["usage", "--ledger", str(ledger_path)]) == 0
+@pytest.fixture
+def ledger_url(database_url):
+    """The same rows on every ledger backend."""
+    _fill(database_url)
+    return database_url
+
+
+def test_usage_table(ledger_url, capsys):
+    assert run(["usage", "--ledger", ledger_url]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["TENANT", "MODEL", "VERSION", "REQUESTS", "PROMPT", "TOKENS", "COMPLETION",
                                 "TOKENS", "PRICE", "USD", "COST", "USD"]
@@ -149,8 +160,8 @@ def test_usage_table(ledger_path, capsys):
     (["--until", "2021-01-01"], ["hobby"]),
     (["--tenant", "nobody"], []),
 ])
-def test_usage_json_filters(ledger_path, capsys, flags, tenants):
-    assert run(["usage", "--ledger", str(ledger_path), "--json", *flags]) == 0
+def test_usage_json_filters(ledger_url, capsys, flags, tenants):
+    assert run(["usage", "--ledger", ledger_url, "--json", *flags]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["tenant"] for r in rows] == tenants
     assert all({"requests", "prompt_tokens", "completion_tokens", "price_usd", "cost_usd"} <= set(r) for r in rows)

@@ -37,7 +37,13 @@ def _inject(server, fake_engine, monkeypatch, point: str, error: BaseException) 
     elif point == "tokenize":
         monkeypatch.setattr(fake_engine._tokenizer, "apply_chat_template", sync)
     elif point == "limits":
-        monkeypatch.setattr(p.limits, "headers", sync)  # after the reservation was taken
+        admit = p.limits.admit
+
+        async def admit_then_fail(*args, **kwargs):  # after the reservation was taken
+            await admit(*args, **kwargs)
+            sync()
+
+        monkeypatch.setattr(p.limits, "admit", admit_then_fail)
     elif point == "admission":
         monkeypatch.setattr(p.admission.queue, "acquire", async_)
     elif point == "adapter":
@@ -72,7 +78,7 @@ def taken(server) -> dict[str, float]:
         "draining_count": server.lifecycle.in_flight,
         "admission_slots": p.admission.queue.running,
         "admission_queued": len(p.admission.queue._queue),
-        "tenant_slots": sum(lim.running for lim in p.limits.limiters.values()),
+        "tenant_slots": sum(p.limits.backend.running(t.name) for t in server.tenancy.tenants),
     }
 
 

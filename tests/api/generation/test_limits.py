@@ -12,6 +12,7 @@ from api.app import create_app
 from api.server import build_server
 from api.tenancy.config import parse_tenancy_config
 from api.tenancy.keys import hash_key
+from api.tenancy.limits_backend import LimitsUnavailable
 from tests.api.running_server import RunningServer
 
 KEY = "lpx-solo"
@@ -45,3 +46,15 @@ def test_max_concurrent_refuses_while_a_stream_holds_the_slot(make_fake_server, 
         assert refused.status_code == 429 and "max_concurrent" in refused.json()["error"]["message"]
         assert refused.headers["retry-after"]
         assert httpx.post(f"{running.url}/v1/completions", headers=headers, json=BODY, timeout=30).status_code == 200
+
+
+async def test_an_unreachable_limits_store_refuses_with_503(fake_server, fake_client, monkeypatch):
+    def unreachable(*args, **kwargs):
+        raise LimitsUnavailable("the limits store is unreachable: connection refused")
+
+    monkeypatch.setattr(fake_server.pipeline.limits.backend, "admit", unreachable)
+    refused = await fake_client.post("/v1/completions", json=BODY)
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "2"
+    assert refused.json()["error"]["code"] == "limits_unavailable"
+    monkeypatch.undo()
+    assert (await fake_client.post("/v1/completions", json=BODY)).status_code == 200

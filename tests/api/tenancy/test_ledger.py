@@ -7,6 +7,7 @@ import textwrap
 import threading
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from api.observability.outcome import RequestOutcome
@@ -26,8 +27,8 @@ def outcome(request_id: str, tenant: str = "acme", model: str = "sql-helper", ve
 
 
 @pytest.fixture
-def ledger(tmp_path):
-    with UsageLedger(tmp_path / "nested" / "dir" / "usage.sqlite") as ledger:
+def ledger(database_url):
+    with UsageLedger(database_url) as ledger:
         yield ledger
 
 
@@ -43,12 +44,24 @@ def filled(ledger):
 def test_creates_directories_in_wal_mode(tmp_path):
     path = tmp_path / "a" / "b" / "usage.sqlite"
     with UsageLedger(path, synchronous="FULL") as ledger:
-        assert ledger._conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+        assert ledger._db.execute("PRAGMA synchronous").fetchone()[0] == 2
     with sqlite3.connect(path) as raw:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert raw.execute("SELECT version FROM usage_schema_version").fetchall() == [(SCHEMA_VERSION,)]
     with UsageLedger(path) as ledger:
-        assert ledger._conn.execute("PRAGMA synchronous").fetchone()[0] == 1
+        assert ledger._db.execute("PRAGMA synchronous").fetchone()[0] == 1
+
+
+def test_a_ledger_versioned_before_the_schema_table_opens(tmp_path):
+    path = tmp_path / "usage.sqlite"
+    UsageLedger(path).close()
+    with sqlite3.connect(path) as raw:  # as loraplex wrote it before: the version in user_version only
+        raw.execute("DROP TABLE usage_schema_version")
+        raw.execute("PRAGMA user_version = 1")
+    with UsageLedger.reader(path) as reader:
+        assert reader.count() == 0
+    with UsageLedger(path) as ledger:
+        assert ledger.record(outcome("r1"), "stop") and ledger.count() == 1
 
 
 def test_rejects_unknown_synchronous(tmp_path):
@@ -139,7 +152,7 @@ def test_record_from_many_threads(ledger):
 
 def test_reader_sees_committed_rows_while_the_writer_is_open(ledger):
     ledger.record(outcome("a"), "stop")
-    with UsageLedger.reader(ledger.path) as reader:
+    with UsageLedger.reader(ledger.url) as reader:
         assert reader.count() == 1
         ledger.record(outcome("b"), "stop")
         assert reader.count() == 2
@@ -152,25 +165,23 @@ def test_reader_of_a_missing_ledger(tmp_path):
         UsageLedger.reader(tmp_path / "absent.sqlite")
 
 
-def test_refuses_a_newer_schema(tmp_path):
-    path = tmp_path / "usage.sqlite"
-    UsageLedger(path).close()
-    with sqlite3.connect(path) as raw:
-        raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
-    with pytest.raises(LedgerError, match="newer"):
-        UsageLedger(path)
+def test_refuses_a_newer_schema(database_url):
+    with UsageLedger(database_url) as ledger:
+        ledger._db.execute("UPDATE usage_schema_version SET version = ?", (SCHEMA_VERSION + 1,))
+    with pytest.raises(LedgerError, match="up to"):
+        UsageLedger(database_url)
     with pytest.raises(LedgerError, match="schema version"):
-        UsageLedger.reader(path)
+        UsageLedger.reader(database_url)
 
 
-def test_committed_rows_survive_kill_9(tmp_path):
-    path = tmp_path / "usage.sqlite"
+def test_committed_rows_survive_kill_9(database_url):
+    path = database_url
     script = textwrap.dedent(f"""
         import os, signal
         from api.observability.outcome import RequestOutcome
         from api.tenancy.ledger import UsageLedger
 
-        ledger = UsageLedger({str(path)!r})
+        ledger = UsageLedger({path!r})
         for i in range(50):
             request_id = f"req-{{i}}"
             ledger.record(RequestOutcome(request_id, "acme", "standard", "m", "", 200, 3, 4, 0.0, 0.1, 0.2,
@@ -184,3 +195,15 @@ def test_committed_rows_survive_kill_9(tmp_path):
     assert len(printed) == 50
     with UsageLedger.reader(path) as reader:
         assert sorted(r["request_id"] for r in reader.query()) == sorted(printed)
+
+
+def test_a_lost_postgresql_connection_fails_one_write_and_the_retry_reconnects(postgres_server):
+    with UsageLedger(postgres_server.new_database()) as ledger:
+        ledger.record(outcome("before"), "stop")
+        pid = ledger._db.execute("SELECT pg_backend_pid()").fetchone()[0]
+        with psycopg.connect(postgres_server.dsn(), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(LedgerError, match="cannot record request lost"):
+            ledger.record(outcome("lost"), "stop")
+        assert ledger.record(outcome("lost"), "stop")  # what LedgerWriter's retry does
+        assert [r["request_id"] for r in ledger.query()] == ["before", "lost"]

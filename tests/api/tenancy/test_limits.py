@@ -211,3 +211,12 @@ def test_more_sequences_than_max_concurrent_never_fit():
         lim.admit(0.0, WALL, 10, sequences=5)
     assert (e.value.limit, e.value.requested) == ("max_concurrent", 5) and "sequences" in str(e.value)
     assert lim.running == 0
+
+
+def test_settling_after_the_window_passed_leaves_the_window_count_alone():
+    lim = limiter(tokens_per_minute=1000)
+    old = lim.admit(0.0, WALL, 400)
+    lim.admit(30.0, WALL, 300)
+    lim.settle(old, 900, now=61.0, wall=WALL)  # its spend already left the window
+    assert lim.headers(61.0)["x-ratelimit-remaining-tokens"] == "700"
+    assert lim.headers(91.0)["x-ratelimit-remaining-tokens"] == "1000"
