@@ -43,15 +43,18 @@ DEFAULT_LEASE_S = 30.0
 BUDGET_TTL_S = 40 * 86_400  # a month's budget outlives the month
 KEY_NAMES = ("req", "tok", "tokn", "lease", "leaseinfo", "budget")
 
-# Shared head of every script: KEYS as in KEY_NAMES; ARGV[1] the time (negative: Redis's clock), ARGV[2] the
-# window. Drops what left the window and the leases that expired (giving back their slots and day/month tokens).
-_PRELUDE = """
+# ARGV[1] the time; negative: Redis's own clock, so replicas with skewed clocks agree.
+_NOW = """
 local now = tonumber(ARGV[1])
 if now < 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
-local window = tonumber(ARGV[2])
+"""
+
+# Shared head of every script: KEYS as in KEY_NAMES; ARGV[1] the time (negative: Redis's clock), ARGV[2] the
+# window. Drops what left the window and the leases that expired (giving back their slots and day/month tokens).
+_PRELUDE = _NOW + """local window = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - window)) do
   redis.call('HINCRBY', KEYS[3], '#total', -tonumber(redis.call('HGET', KEYS[3], id) or '0'))
@@ -194,13 +197,7 @@ return out
 """
 
 # ARGV: now, window (unused), lease seconds, ids... Moves the expiry of leases that still exist.
-_RENEW = """
-local now = tonumber(ARGV[1])
-if now < 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-end
-local lease_s = tonumber(ARGV[3])
+_RENEW = _NOW + """local lease_s = tonumber(ARGV[3])
 local renewed = 0
 for i = 4, #ARGV do
   renewed = renewed + redis.call('ZADD', KEYS[1], 'XX', 'CH', now + lease_s, ARGV[i])
