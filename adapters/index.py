@@ -27,7 +27,7 @@ from pathlib import Path
 from adapters.identity import STABLE, check_alias, check_name, check_version, version_label
 from adapters.manifest import Manifest, utc_now
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: rollouts, their events and outcomes, fallback chains (adapters/rollouts.py)
 BUSY_TIMEOUT_S = 30.0
 
 _SCHEMA = """
@@ -60,6 +60,60 @@ CREATE TABLE IF NOT EXISTS alias_history (
     alias TEXT NOT NULL,
     version INTEGER NOT NULL,
     at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rollouts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    stable_version INTEGER NOT NULL,
+    candidate_version INTEGER NOT NULL,
+    percent REAL NOT NULL,
+    sticky INTEGER NOT NULL,
+    shadow_percent REAL NOT NULL,
+    guard_json TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('active', 'promoted', 'aborted', 'rolled_back')),
+    reason TEXT NOT NULL DEFAULT '',
+    started_at TEXT NOT NULL,
+    ended_at TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS one_active_rollout_per_name ON rollouts (name) WHERE state = 'active';
+CREATE TABLE IF NOT EXISTS rollout_events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    rollout_id INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rollout_requests (
+    request_id TEXT PRIMARY KEY,
+    rollout_id INTEGER NOT NULL,
+    arm TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    ttft_s REAL,
+    tpot_s REAL,
+    completion_tokens INTEGER NOT NULL,
+    cost_usd REAL NOT NULL,
+    logprob REAL,
+    feedback REAL,
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS rollout_requests_by_rollout ON rollout_requests (rollout_id);
+CREATE TABLE IF NOT EXISTS shadow_results (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    rollout_id INTEGER NOT NULL,
+    request_id TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    exact INTEGER NOT NULL,
+    overlap REAL NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    cost_usd REAL NOT NULL,
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS shadow_results_by_rollout ON shadow_results (rollout_id);
+CREATE TABLE IF NOT EXISTS fallbacks (
+    name TEXT PRIMARY KEY,
+    previous INTEGER NOT NULL,
+    base INTEGER NOT NULL
 );
 """
 
@@ -112,6 +166,8 @@ class RegistryIndex:
             elif row[0] > SCHEMA_VERSION:
                 raise IndexSchemaError(f"registry index has schema {row[0]}; this loraplex reads up to "
                                        f"{SCHEMA_VERSION}")
+            elif row[0] < SCHEMA_VERSION:  # the tables added since were created above
+                db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
 
     def close(self) -> None:
         with self._lock:
@@ -141,6 +197,14 @@ class RegistryIndex:
 
     def _write(self) -> AbstractContextManager[sqlite3.Connection]:
         return self._transaction("BEGIN IMMEDIATE")
+
+    def reading(self) -> AbstractContextManager[sqlite3.Connection]:
+        """A read transaction on the index, for stores that keep their tables in it (adapters/rollouts.py)."""
+        return self._read()
+
+    def writing(self) -> AbstractContextManager[sqlite3.Connection]:
+        """A write transaction on the index (the write lock taken up front)."""
+        return self._write()
 
     # Versions
 
@@ -259,6 +323,8 @@ class RegistryIndex:
                 db.execute("UPDATE aliases SET explicit = 1 WHERE name = ? AND alias = ?", (name, alias))
             else:
                 self._move_alias(db, name, alias, version, explicit=True)
+            if alias == STABLE:
+                self._end_rollout(db, name, "promoted", f"stable promoted to {version_label(name, version)}")
 
     def alias_target(self, name: str, alias: str) -> int | None:
         with self._read() as db:
@@ -269,6 +335,17 @@ class RegistryIndex:
         with self._read() as db:
             rows = db.execute("SELECT alias, version FROM aliases WHERE name = ? ORDER BY alias", (name,)).fetchall()
         return dict(rows)
+
+    def previous_target(self, name: str, alias: str = STABLE) -> int | None:
+        """Where `rollback` would move `alias` now (None: nowhere); moves nothing."""
+        with self._read() as db:
+            current = db.execute("SELECT version FROM aliases WHERE name = ? AND alias = ?",
+                                 (name, alias)).fetchone()
+            if current is None:
+                return None
+            history = db.execute("SELECT version FROM alias_history WHERE name = ? AND alias = ? ORDER BY id DESC",
+                                 (name, alias)).fetchall()
+        return next((version for (version,) in history if version != current[0]), None)
 
     def is_explicit(self, name: str, alias: str) -> bool:
         with self._read() as db:
@@ -292,7 +369,20 @@ class RegistryIndex:
             db.execute("DELETE FROM alias_history WHERE name = ? AND alias = ? AND id > ?", (name, alias, row_id))
             db.execute("UPDATE aliases SET version = ?, explicit = 1 WHERE name = ? AND alias = ?",
                        (version, name, alias))
+            if alias == STABLE:
+                self._end_rollout(db, name, "aborted", f"stable rolled back to {version_label(name, version)}")
         return version
+
+    @staticmethod
+    def _end_rollout(db: sqlite3.Connection, name: str, state: str, reason: str) -> None:
+        """An explicit move of `stable` ends the name's active rollout (adapters/rollouts.py), in its transaction."""
+        row = db.execute("SELECT id FROM rollouts WHERE name = ? AND state = 'active'", (name,)).fetchone()
+        if row is None:
+            return
+        now = utc_now()
+        db.execute("UPDATE rollouts SET state = ?, reason = ?, ended_at = ? WHERE id = ?", (state, reason, now, row[0]))
+        db.execute("INSERT INTO rollout_events (rollout_id, kind, detail, at) VALUES (?, ?, ?, ?)",
+                   (row[0], state, reason, now))
 
     @staticmethod
     def _move_alias(db: sqlite3.Connection, name: str, alias: str, version: int, explicit: bool) -> None:

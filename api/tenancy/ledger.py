@@ -17,7 +17,7 @@ from typing import Literal
 from adapters.home import data_home
 from api.observability.outcome import RequestOutcome
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: `route` (the routing step's decision and any fallback taken)
 LEDGER_FILE = "usage.sqlite"
 GROUP_COLUMNS = ("tenant", "model", "version", "priority", "status", "finish")
 
@@ -38,14 +38,15 @@ CREATE TABLE IF NOT EXISTS usage (
     finish TEXT NOT NULL,
     price_usd REAL NOT NULL,
     cost_usd REAL NOT NULL,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    route TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS usage_tenant_created ON usage (tenant, created_at);
 CREATE INDEX IF NOT EXISTS usage_created ON usage (created_at);
 """
 
 _COLUMNS = ("request_id", "tenant", "priority", "model", "version", "prompt_tokens", "completion_tokens",
-            "queue_s", "ttft_s", "e2e_s", "status", "finish", "price_usd", "cost_usd", "created_at")
+            "queue_s", "ttft_s", "e2e_s", "status", "finish", "price_usd", "cost_usd", "created_at", "route")
 
 
 class LedgerError(Exception):
@@ -121,6 +122,8 @@ class UsageLedger:
             if version < SCHEMA_VERSION:
                 for statement in filter(str.strip, _SCHEMA.split(";")):
                     conn.execute(statement)
+                if version == 1:
+                    conn.execute("ALTER TABLE usage ADD COLUMN route TEXT NOT NULL DEFAULT ''")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
@@ -144,7 +147,7 @@ class UsageLedger:
         row = (outcome.request_id, outcome.tenant, outcome.priority, outcome.model, outcome.version,
                outcome.prompt_tokens, outcome.completion_tokens, outcome.queue_seconds, outcome.ttft_seconds,
                outcome.e2e_seconds, outcome.status, finish, outcome.price_usd, outcome.cost_usd,
-               outcome.finished_at)
+               outcome.finished_at, outcome.route)
         sql = (f"INSERT OR IGNORE INTO usage ({', '.join(_COLUMNS)}) "
                f"VALUES ({', '.join('?' * len(_COLUMNS))})")
         try:
