@@ -43,8 +43,8 @@ def two_proportion_z(successes_a: int, n_a: int, successes_b: int, n_b: int) -> 
 
 
 def mann_whitney_u(a: Sequence[float], b: Sequence[float]) -> TestResult | None:
-    """U of sample `a` and its two-sided p-value (normal approximation, tie-corrected, no continuity
-    correction); None when a sample is empty or every value is the same."""
+    """U of sample `a` and its two-sided p-value (normal approximation with tie and continuity corrections, as
+    scipy's `mannwhitneyu(method="asymptotic")`); None when a sample is empty or every value is the same."""
     n_a, n_b = len(a), len(b)
     if n_a == 0 or n_b == 0:
         return None
@@ -65,8 +65,8 @@ def mann_whitney_u(a: Sequence[float], b: Sequence[float]) -> TestResult | None:
     variance = n_a * n_b / 12 * ((n + 1) - ties / (n * (n - 1)))
     if variance <= 0:
         return None
-    z = (u - n_a * n_b / 2) / math.sqrt(variance)
-    return TestResult(u, _two_sided_p(z))
+    z = max(0.0, abs(u - n_a * n_b / 2) - 0.5) / math.sqrt(variance)
+    return TestResult(u, min(1.0, _two_sided_p(z)))
 
 
 def token_overlap(a: Sequence[int], b: Sequence[int]) -> float:
