@@ -74,10 +74,10 @@ SCENARIOS = {
         Scenario("baseline-hf", "transformers + peft one request at a time vs loraplex, the same prompts.",
                  bench_serving.baseline_hf, one_table(bench_serving.baseline_hf_table), in_quick=False,
                  models=BENCH_MODELS),
-        Scenario("routing", "The routing step's cost per request, and primary TTFT with a 100% shadow off and on "
-                 "(interleaved rounds).", on_tiny(bench_routing.run), bench_routing.tables, in_quick=False),
         Scenario("kernels", "Offline throughput: vLLM's stock CPU LoRA ops vs loraplex's grouped ops.",
                  on_tiny(bench_kernels.run), one_table(bench_kernels.table), bench_kernels.plot, in_quick=False),
+        Scenario("routing", "The routing step's cost per request, and primary TTFT with a 100% shadow off and on "
+                 "(interleaved rounds).", on_tiny(bench_routing.run), bench_routing.tables, in_quick=False),
     )
 }
 

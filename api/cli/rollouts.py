@@ -31,7 +31,8 @@ def add_rollout_parsers(actions: argparse._SubParsersAction, common: argparse.Ar
     for field in ("max_error_rate", "max_ttft_p95_s", "window_s", "min_requests"):
         info = guard[field]
         rollout.add_argument(f"--{field.replace('_', '-')}", type=int if field == "min_requests" else float,
-                             default=info.default, help=f"{info.description} (default: %(default)s)")
+                             default=info.default,
+                             help=info.description + ("" if info.default is None else " (default: %(default)s)"))
     abort = actions.add_parser("abort", parents=[common], help="End NAME's rollout; all traffic back to stable.")
     abort.add_argument("name", metavar="NAME")
     abort.add_argument("--reason", default="aborted by an operator", help="Recorded with the rollout's events.")
