@@ -50,6 +50,10 @@ class CircuitBreaker:
             return True
         return False
 
+    def abandon(self) -> None:
+        """The request let through ended without a verdict (the client left, a 4xx): the next one may probe."""
+        self._probing = False
+
     def success(self) -> None:
         self._consecutive = 0
         self._probing = False

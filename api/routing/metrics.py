@@ -42,6 +42,10 @@ class _BreakerCollector:
     def collect(self) -> Iterator[Metric]:
         family = GaugeMetricFamily("loraplex_breaker_state", "Circuit breaker of an adapter version: 0 closed, "
                                    "1 half-open, 2 open.", labels=("adapter_version",))
-        for label, state in sorted(self._metrics._breakers().items()):
-            family.add_metric((self._metrics.label(label),), int(state))
+        worst: dict[str, int] = {}  # versions past the label bound share `other`: it shows the worst of them
+        for label, state in self._metrics._breakers().items():
+            bounded = self._metrics.label(label)
+            worst[bounded] = max(worst.get(bounded, 0), int(state))
+        for label, state in sorted(worst.items()):
+            family.add_metric((label,), state)
         yield family

@@ -125,6 +125,10 @@ class TrafficRouter:
                 if version is not None:
                     previous[name] = version
         snap = self._snapshot = _Snapshot(now, self.store.active(), fallbacks, previous)
+        live = {rollout.id for rollout in snap.rollouts.values()}
+        with self._lock:
+            for rollout_id in [r for r in self._windows if r not in live]:  # ended elsewhere: promoted, aborted
+                del self._windows[rollout_id]
         return snap
 
     def invalidate(self) -> None:
@@ -207,6 +211,8 @@ class TrafficRouter:
                 adapter = await asyncio.wait_for(loader.enter(served, account), self.config.adapter_load_deadline_s)
             except (OpenAIError, asyncio.TimeoutError) as e:
                 if isinstance(e, OpenAIError) and e.code not in LOAD_FAILURES:
+                    if breaker is not None:
+                        breaker.abandon()
                     raise
                 reason = "load_timeout" if isinstance(e, asyncio.TimeoutError) else "load_failed"
                 if breaker is not None:
@@ -219,6 +225,10 @@ class TrafficRouter:
                     raise
                 self._fell_back(route, served, reason, e.status if isinstance(e, OpenAIError) else 503)
                 continue
+            except BaseException:  # cancelled (the client left) or unforeseen: no verdict on the version
+                if breaker is not None:
+                    breaker.abandon()
+                raise
             route.served = served
             return adapter
         raise AssertionError("unreachable: the last option raises")
@@ -285,6 +295,8 @@ class TrafficRouter:
             breaker.failure()
         elif status < 400:
             breaker.success()
+        else:
+            breaker.abandon()
 
     def _judge(self, rollout: Rollout, status: int, ttft: float | None) -> None:
         with self._lock:

@@ -20,6 +20,7 @@ class Clock:
     ("fff+s", BreakerState.CLOSED, True),
     ("fff+f", BreakerState.OPEN, False),  # the probe failed: open again
     ("fff+f+", BreakerState.HALF_OPEN, True),
+    ("fff+a", BreakerState.HALF_OPEN, True),  # a: the probe ended without a verdict; the next one may probe
 ])
 def test_breaker_states(events, state, allowed):
     clock = Clock()
@@ -29,6 +30,9 @@ def test_breaker_states(events, state, allowed):
             breaker.failure()
         elif event == "s":
             breaker.success()
+        elif event == "a":
+            assert breaker.allow()
+            breaker.abandon()
         else:
             clock.now += 30
     assert breaker.state is state

@@ -168,3 +168,26 @@ def test_routes_are_forgotten_once_observed(index, router):
     router.observe(outcome(account("r1"), 200))
     assert router._routes == {}
     router.observe(replace(outcome(account("r1"), 200), request_id="unknown"))  # never routed: ignored
+
+
+async def test_a_probe_cancelled_while_loading_lets_the_next_request_probe(index, store):
+    metrics = RoutingMetrics(CollectorRegistry(), lambda label: label)
+    router = TrafficRouter(Registry(index), store, RoutingConfig(breaker_failures=1, breaker_open_s=0,
+                                                                 rollout_refresh_s=0), metrics)
+    router.breakers.of("a@2").failure()  # open, and at once half-open (open_s 0)
+    stuck = asyncio.Event()
+
+    class Hanging(Loader):
+        async def enter(self, served, account):
+            self.asked.append(served.id)
+            await stuck.wait()
+
+    loader = Hanging()
+    route = router.decide("a", served(index, 2), "acme", None, "r1", everything)
+    task = asyncio.create_task(router.enter(route, loader, account("r1")))
+    await asyncio.sleep(0)
+    assert loader.asked == ["a@2"] and not router.breakers.of("a@2").allow()  # the probe is out
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert router.breakers.of("a@2").allow()
