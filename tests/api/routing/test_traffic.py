@@ -175,17 +175,18 @@ async def test_a_probe_cancelled_while_loading_lets_the_next_request_probe(index
     router = TrafficRouter(Registry(index), store, RoutingConfig(breaker_failures=1, breaker_open_s=0,
                                                                  rollout_refresh_s=0), metrics)
     router.breakers.of("a@2").failure()  # open, and at once half-open (open_s 0)
-    stuck = asyncio.Event()
+    entered, stuck = asyncio.Event(), asyncio.Event()
 
     class Hanging(Loader):
         async def enter(self, served, account):
             self.asked.append(served.id)
+            entered.set()
             await stuck.wait()
 
     loader = Hanging()
     route = router.decide("a", served(index, 2), "acme", None, "r1", everything)
     task = asyncio.create_task(router.enter(route, loader, account("r1")))
-    await asyncio.sleep(0)
+    await entered.wait()
     assert loader.asked == ["a@2"] and not router.breakers.of("a@2").allow()  # the probe is out
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
