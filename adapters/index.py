@@ -62,7 +62,62 @@ CREATE TABLE IF NOT EXISTS alias_history (
     version INTEGER NOT NULL,
     at TEXT NOT NULL
 );
-""",)
+""", """
+CREATE TABLE IF NOT EXISTS rollouts (
+    id {id},
+    name TEXT NOT NULL,
+    stable_version INTEGER NOT NULL,
+    candidate_version INTEGER NOT NULL,
+    percent {float} NOT NULL,
+    sticky INTEGER NOT NULL,
+    shadow_percent {float} NOT NULL,
+    guard_json TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('active', 'promoted', 'aborted', 'rolled_back')),
+    reason TEXT NOT NULL DEFAULT '',
+    started_at TEXT NOT NULL,
+    ended_at TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS one_active_rollout_per_name ON rollouts (name) WHERE state = 'active';
+CREATE TABLE IF NOT EXISTS rollout_events (
+    id {id},
+    rollout_id INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rollout_requests (
+    request_id TEXT PRIMARY KEY,
+    rollout_id INTEGER NOT NULL,
+    arm TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    ttft_s {float},
+    tpot_s {float},
+    completion_tokens INTEGER NOT NULL,
+    cost_usd {float} NOT NULL,
+    logprob {float},
+    feedback {float},
+    at {float} NOT NULL
+);
+CREATE INDEX IF NOT EXISTS rollout_requests_by_rollout ON rollout_requests (rollout_id);
+CREATE TABLE IF NOT EXISTS shadow_results (
+    id {id},
+    rollout_id INTEGER NOT NULL,
+    request_id TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    exact INTEGER NOT NULL,
+    overlap {float} NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    cost_usd {float} NOT NULL,
+    at {float} NOT NULL
+);
+CREATE INDEX IF NOT EXISTS shadow_results_by_rollout ON shadow_results (rollout_id);
+CREATE TABLE IF NOT EXISTS fallbacks (
+    name TEXT PRIMARY KEY,
+    previous INTEGER NOT NULL,
+    base INTEGER NOT NULL
+);
+""")  # 2: rollouts, their events and outcomes, fallback chains (adapters/rollouts.py)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -105,6 +160,9 @@ class RegistryIndex:
         try:
             if self._db.dialect == "sqlite":
                 self._db.execute("PRAGMA journal_mode=WAL")
+                # Survives a killed process (WAL); a power loss may lose the last commits. The routing step writes
+                # a row per routed request (adapters/rollouts.py), and an fsync each would cost milliseconds.
+                self._db.execute("PRAGMA synchronous=NORMAL")
             migrate(self._db, LOCK_KEY, VERSION_TABLE, MIGRATIONS)
         except SchemaTooNew as e:
             self._db.close()
@@ -125,6 +183,14 @@ class RegistryIndex:
 
     def _write(self) -> AbstractContextManager[Database]:
         return self._db.write(LOCK_KEY)
+
+    def reading(self) -> AbstractContextManager[Database]:
+        """A read transaction on the index, for stores that keep their tables in it (adapters/rollouts.py)."""
+        return self._read()
+
+    def writing(self) -> AbstractContextManager[Database]:
+        """A write transaction on the index (the write lock taken up front)."""
+        return self._write()
 
     # Versions
 
@@ -243,6 +309,8 @@ class RegistryIndex:
                 db.execute("UPDATE aliases SET explicit = 1 WHERE name = ? AND alias = ?", (name, alias))
             else:
                 self._move_alias(db, name, alias, version, explicit=True)
+            if alias == STABLE:
+                self._end_rollout(db, name, "promoted", f"stable promoted to {version_label(name, version)}")
 
     def alias_target(self, name: str, alias: str) -> int | None:
         with self._read() as db:
@@ -253,6 +321,17 @@ class RegistryIndex:
         with self._read() as db:
             rows = db.execute("SELECT alias, version FROM aliases WHERE name = ? ORDER BY alias", (name,)).fetchall()
         return dict(rows)
+
+    def previous_target(self, name: str, alias: str = STABLE) -> int | None:
+        """Where `rollback` would move `alias` now (None: nowhere); moves nothing."""
+        with self._read() as db:
+            current = db.execute("SELECT version FROM aliases WHERE name = ? AND alias = ?",
+                                 (name, alias)).fetchone()
+            if current is None:
+                return None
+            history = db.execute("SELECT version FROM alias_history WHERE name = ? AND alias = ? ORDER BY id DESC",
+                                 (name, alias)).fetchall()
+        return next((version for (version,) in history if version != current[0]), None)
 
     def is_explicit(self, name: str, alias: str) -> bool:
         with self._read() as db:
@@ -276,7 +355,20 @@ class RegistryIndex:
             db.execute("DELETE FROM alias_history WHERE name = ? AND alias = ? AND id > ?", (name, alias, row_id))
             db.execute("UPDATE aliases SET version = ?, explicit = 1 WHERE name = ? AND alias = ?",
                        (version, name, alias))
+            if alias == STABLE:
+                self._end_rollout(db, name, "aborted", f"stable rolled back to {version_label(name, version)}")
         return version
+
+    @staticmethod
+    def _end_rollout(db: Database, name: str, state: str, reason: str) -> None:
+        """An explicit move of `stable` ends the name's active rollout (adapters/rollouts.py), in its transaction."""
+        row = db.execute("SELECT id FROM rollouts WHERE name = ? AND state = 'active'", (name,)).fetchone()
+        if row is None:
+            return
+        now = utc_now()
+        db.execute("UPDATE rollouts SET state = ?, reason = ?, ended_at = ? WHERE id = ?", (state, reason, now, row[0]))
+        db.execute("INSERT INTO rollout_events (rollout_id, kind, detail, at) VALUES (?, ?, ?, ?)",
+                   (row[0], state, reason, now))
 
     @staticmethod
     def _move_alias(db: Database, name: str, alias: str, version: int, explicit: bool) -> None:

@@ -16,6 +16,7 @@ from api.errors import OpenAIError, from_http_status, from_validation_error
 from api.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from api.openai.router import document_bodies, router
 from api.ops.router import ops_router
+from api.routing.router import routing_router
 from api.sagemaker.router import sagemaker_router
 from api.server import Server
 
@@ -73,6 +74,7 @@ def create_app(server: Server) -> FastAPI:
     app.include_router(router)
     app.include_router(admin_router)
     app.include_router(ops_router)
+    app.include_router(routing_router)
     app.include_router(sagemaker_router)
     app.add_exception_handler(OpenAIError, _on_openai_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)

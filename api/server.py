@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from adapters.disk_cache import AdapterDiskCache
 from adapters.identity import parse_model_ref
 from adapters.registry import Registry
+from adapters.rollouts import RolloutStore
 from adapters.tiers import TIER_DISK, AdapterTiers
 from api.admin.serving import AdminService
 from api.auth import Authenticator
@@ -37,6 +38,11 @@ from api.observability.tracing import Tracing
 from api.openai.chat import ChatService
 from api.openai.completion import CompletionService
 from api.openai.models import ModelCatalog
+from api.routing.config import RoutingConfig
+from api.routing.metrics import RoutingMetrics
+from api.routing.serving import RoutingService
+from api.routing.shadow import ShadowRunner
+from api.routing.traffic import TrafficRouter
 from api.sagemaker.serving import InvocationService
 from api.tenancy.admission import FairAdmission
 from api.tenancy.billing import LedgerWriter
@@ -106,6 +112,7 @@ class Server:
     catalog: ModelCatalog
     input_limits: InputLimits
     history: History
+    routing: RoutingService
     pins: tuple[str, ...] = ()
     chat: ChatService = field(init=False)
     completion: CompletionService = field(init=False)
@@ -159,7 +166,7 @@ class Server:
         residency = self.tiers.residency() if self.tiers is not None else {}
         if self.disk is not None:
             residency[TIER_DISK] = [e.label for e in self.disk.entries()]
-        return dashboard_snapshot(self.metrics, residency, time.time())
+        return {**dashboard_snapshot(self.metrics, residency, time.time()), "routing": self.routing.panel()}
 
     def close(self) -> None:
         for task in self._background:
@@ -181,7 +188,8 @@ class TierSizes:
 
 def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfig, options: ServingOptions,
                  tiers_sizes: TierSizes | None, pins: tuple[str, ...] = (), max_running: int | None = None,
-                 tracing: Tracing | None = None, input_limits: InputLimits = InputLimits()) -> Server:
+                 tracing: Tracing | None = None, input_limits: InputLimits = InputLimits(),
+                 routing: RoutingConfig = RoutingConfig()) -> Server:
     """`tiers_sizes` None: no adapter tiers (the fake engine of HTTP-layer tests). `max_running` is the
     engine's batch size, used unless the tenants file sets its own admission size. `tracing` replaces the
     one `options.otlp_endpoint` describes (tests pass an in-memory exporter)."""
@@ -211,20 +219,27 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
     meter = ComputeMeter(tenancy.machine_cost_per_hour)
 
     billing = LedgerWriter(ledger)
+    rollouts = RolloutStore(registry.index)
+    routing_metrics = RoutingMetrics(metrics.registry, metrics.model_label)
+    router = TrafficRouter(registry, rollouts, routing, routing_metrics)
+    shadows = ShadowRunner(engine, queue, tiers, rollouts, routing_metrics, lambda: meter.usd_per_token,
+                           routing.adapter_load_deadline_s)
     sink = OutcomeSink([lambda outcome, finish: metrics.observe(outcome),
-                        lambda outcome, finish: history.record(outcome), billing.record, log_request])
+                        lambda outcome, finish: history.record(outcome), billing.record, log_request,
+                        lambda outcome, finish: router.observe(outcome)])
     resolver = ModelResolver(engine.model_id, registry)
     pipeline = Pipeline(
         engine=engine, tenancy=tenancy, lifecycle=lifecycle,
         accounts=Accounts(sink, tenancy, PriceTable(tenancy), meter, metrics.in_flight, lifecycle),
         resolver=resolver, limits=TenantLimits(limits_backend(options, tenancy, ledger)),
         admission=EngineAdmission(tenancy, queue, tracing), loader=AdapterLoader(tiers, tracing), tracing=tracing,
-        input_limits=input_limits, billing=billing, cache_salts=CacheSalts(),
+        input_limits=input_limits, billing=billing, cache_salts=CacheSalts(), router=router, shadows=shadows,
     )
     return Server(
         engine=engine, registry=registry, tenancy=tenancy, options=options, auth=Authenticator(tenancy),
         metrics=metrics, ledger=ledger, tiers=tiers, disk=disk, meter=meter, tracing=tracing, lifecycle=lifecycle,
-        pipeline=pipeline, catalog=ModelCatalog(resolver), input_limits=input_limits, history=history, pins=pins,
+        pipeline=pipeline, catalog=ModelCatalog(resolver), input_limits=input_limits, history=history,
+        routing=RoutingService(rollouts, router, routing.ab_min_samples), pins=pins,
     )
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_kernels  # noqa: E402
+import bench_routing  # noqa: E402
 import bench_serving  # noqa: E402
 import bench_state  # noqa: E402
 import bench_tenants  # noqa: E402
@@ -79,6 +80,8 @@ SCENARIOS = {
         Scenario("state", "What shared state costs a request: limit admission in-process vs Redis, one ledger "
                  "commit in SQLite vs PostgreSQL (loopback servers, no engine).",
                  on_tiny(bench_state.run), bench_state.tables, in_quick=False),
+        Scenario("routing", "The routing step's cost per request, and primary TTFT with a 100% shadow off and on "
+                 "(interleaved rounds).", on_tiny(bench_routing.run), bench_routing.tables, in_quick=False),
     )
 }
 

@@ -16,6 +16,14 @@ from adapters.identity import STABLE, parse_model_ref, version_label
 from adapters.registry import Registry, RegistryConfig
 from adapters.validation import AdapterValidationError
 from api.cli.flags import add_config_arguments, config_from_args
+from api.cli.rollouts import (
+    abort_rollout,
+    add_rollout_parsers,
+    promote_candidate,
+    set_fallback,
+    show_report,
+    start_rollout,
+)
 from engine.config import SUPPORTED_LORA_RANKS, EngineConfig
 
 EXIT_ERROR = 2
@@ -50,14 +58,16 @@ def add_adapters_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
     show = actions.add_parser("show", parents=[common], help="Show one version: NAME, NAME@V or NAME:ALIAS.")
     show.add_argument("ref", metavar="NAME[@V|:ALIAS]")
     show.add_argument("--json", action="store_true", help="Print JSON.")
-    promote = actions.add_parser("promote", parents=[common], help="Point an alias at a version.")
-    promote.add_argument("ref", metavar="NAME@V")
+    promote = actions.add_parser("promote", parents=[common], help="Point an alias at a version; promoting "
+                                 "stable ends NAME's rollout, and a bare NAME promotes its rollout's candidate.")
+    promote.add_argument("ref", metavar="NAME@V|NAME")
     promote.add_argument("--alias", default=STABLE, help="Alias to move (default: %(default)s).")
     rollback = actions.add_parser("rollback", parents=[common], help="Move an alias back to its previous version.")
     rollback.add_argument("name", metavar="NAME")
     rollback.add_argument("--alias", default=STABLE, help="Alias to move back (default: %(default)s).")
     delete = actions.add_parser("delete", parents=[common], help="Delete a version no alias points at.")
     delete.add_argument("ref", metavar="NAME@V")
+    add_rollout_parsers(actions, common)
     return parser
 
 
@@ -155,6 +165,9 @@ def _show(registry: Registry, args: argparse.Namespace) -> int:
 
 
 def _promote(registry: Registry, args: argparse.Namespace) -> int:
+    parsed = parse_model_ref(args.ref)
+    if parsed.version is None and parsed.alias is None and args.alias == STABLE:
+        return promote_candidate(registry, parsed.name)
     name, version = _versioned(args.ref)
     manifest = registry.promote(name, version, args.alias)
     print(f"{name}:{args.alias} -> {manifest.label}")
@@ -175,4 +188,5 @@ def _delete(registry: Registry, args: argparse.Namespace) -> int:
 
 
 _ACTIONS = {"push": _push, "list": _list, "show": _show, "promote": _promote, "rollback": _rollback,
-            "delete": _delete}
+            "delete": _delete, "rollout": lambda registry, args: start_rollout(registry, args, _versioned),
+            "abort": abort_rollout, "report": show_report, "fallback": set_fallback}

@@ -21,6 +21,7 @@ from api.cli.flags import add_config_arguments, config_from_args
 from api.input_limits import InputLimits
 from api.lifecycle import DrainingServer, http_config
 from api.sagemaker.environment import MODEL_DIR, PORT_ENV, ModelArtifacts, bound_port, model_artifacts
+from api.routing.config import RoutingConfig
 from api.server import ServingOptions, TierSizes, build_server
 from api.tenancy.config import ConfigError, TenancyConfig, load_tenancy_config
 from api.tenancy.ledger import LedgerError
@@ -64,6 +65,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     add_config_arguments(serve, RegistryConfig, skip=set())
     add_config_arguments(serve, ServingOptions, skip=set())
     add_config_arguments(serve, InputLimits, skip=set())
+    add_config_arguments(serve, RoutingConfig, skip=set())
 
 
 def parse_adapter_flag(value: str) -> tuple[str, Path]:
@@ -146,6 +148,7 @@ def serve(args: argparse.Namespace) -> None:
         registry_config = config_from_args(RegistryConfig, args)
         options = config_from_args(ServingOptions, args)
         input_limits = config_from_args(InputLimits, args)
+        routing = config_from_args(RoutingConfig, args)
     except ValidationError as e:
         raise SystemExit(f"invalid configuration:\n{e}") from e
     if not Path(model).is_dir():
@@ -170,7 +173,8 @@ def serve(args: argparse.Namespace) -> None:
                       registry_config.resolved_disk_cache_dir(), registry_config.disk_cache_bytes)
     try:
         server = build_server(engine, registry, tenancy, options, sizes, tuple(args.pin),
-                              max_running=engine_config.max_num_seqs, input_limits=input_limits)
+                              max_running=engine_config.max_num_seqs, input_limits=input_limits,
+                              routing=routing)
     except LedgerError as e:
         raise SystemExit(f"--ledger-url: {e}") from e
     except LimitsUnavailable as e:

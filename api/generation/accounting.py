@@ -56,6 +56,7 @@ class RequestAccount:
     priority: str = ""
     model: str = UNKNOWN
     version: str = ""
+    route: str = ""  # the routing step's decision, as the ledger records it (api/routing/traffic.py)
     price_of: Callable[[int, int], float] = lambda prompt, completion: 0.0
     cost_per_token: Callable[[], float] = lambda: 0.0
     arrival: float = field(default_factory=time.monotonic)
@@ -119,7 +120,7 @@ class RequestAccount:
             ttft_seconds=None if self.first_token_at is None else self.first_token_at - self.arrival,
             e2e_seconds=now - self.arrival, inter_token_seconds=tuple(self.gaps),
             price_usd=self.price_of(self.prompt_tokens, self.completion_tokens), cost_usd=self.cost_usd,
-            finished_at=time.time(),
+            finished_at=time.time(), route=self.route,
         )
         return outcome
 

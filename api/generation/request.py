@@ -34,6 +34,8 @@ from api.generation.sse import framed_stream
 from api.input_limits import InputLimits
 from api.lifecycle import Lifecycle
 from api.observability.tracing import Tracing, traced
+from api.routing.shadow import ShadowRunner
+from api.routing.traffic import TrafficRouter
 from api.tenancy.billing import LedgerWriter
 from api.tenancy.config import TenancyConfig
 from engine.types import ChoiceDelta, EngineClient
@@ -46,6 +48,7 @@ class GenerationRequest(Protocol):
 
     model: str
     stream: bool
+    user: str | None
 
     def output_limit(self) -> OutputLimit: ...
 
@@ -83,6 +86,8 @@ class Pipeline:
     input_limits: InputLimits
     billing: LedgerWriter
     cache_salts: CacheSalts
+    router: TrafficRouter
+    shadows: ShadowRunner
 
 
 @dataclass(frozen=True)
@@ -151,17 +156,25 @@ class GenerationService(ABC, Generic[Req]):
         response_id = f"{self.response_prefix}-{uuid.uuid4().hex}"
         account = p.accounts.open(request_id or response_id, caller)
         async with closes_on_failure(account):
-            served = p.resolver.resolve(req.model, visibility_of(p.tenancy, caller))
-            account.model, account.version = served.name, served.version
+            may_use = visibility_of(p.tenancy, caller)
+            served = p.resolver.resolve(req.model, may_use)
+            # Routing step (api/routing): rollout arm, shadow and fallback chain; `enter` loads what serves.
+            route = p.router.decide(req.model, served, caller.tenant, req.user, account.request_id, may_use)
+            account.model, account.version = route.primary.name, route.primary.version
             tenant_cap = p.tenancy.tenant(caller.tenant).limits.max_tokens
             prepared = Prepared(await self.prepare(req, response_id, tenant_cap))
             limit_headers = await p.limits.admit(caller, prepared.reserve_tokens, prepared.sequences,
                                            req.output_limit().param, account)
             await p.admission.enter(caller, prepared.sequences, account)
-            adapter = await p.loader.enter(served, account)
-            headers = {SERVED_MODEL_HEADER: served.id, **limit_headers}
+            adapter = await p.router.enter(route, p.loader, account)
+            served = route.served
+            account.model, account.version, account.route = served.name, served.version, route.ledger_route()
+            headers = {SERVED_MODEL_HEADER: served.id, **route.headers(), **limit_headers}
             created = int(time.time())
+            p.shadows.start(route, prepared.calls)
             calls = run_calls(self.engine, adapter, prepared.calls, account, p.cache_salts.salt_of(caller.tenant))
+            if route.rollout is not None:
+                calls = p.router.tap(route, calls)
             deltas = traced(calls, p.tracing, "engine.generate", model=served.id, tenant=caller.tenant,
                             request_id=account.request_id)
             if req.stream:

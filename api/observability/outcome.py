@@ -27,6 +27,7 @@ class RequestOutcome:
     price_usd: float  # what the tenant is charged
     cost_usd: float  # measured compute cost attributed to this request
     finished_at: float  # unix time
+    route: str = ""  # routing policy and arm, and the fallback taken if any ("canary;arm=candidate;rollout=3")
 
     @property
     def model_version(self) -> str:

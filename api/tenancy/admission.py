@@ -196,6 +196,7 @@ class FairAdmission:
         self._wake: asyncio.TimerHandle | None = None
         self._mean_hold_s = 1.0
         self._reserving = False  # free slots are held for a waiter that needs more of them
+        self._wait_listeners: list[Callable[[], None]] = []
 
     @property
     def running(self) -> int:
@@ -217,6 +218,8 @@ class FairAdmission:
                 or (self.max_queue_wait_s is not None and self.expected_wait(queued) > self.max_queue_wait_s)):
             self._forget_if_idle(tenant)
             raise QueueFull(self._retry_after(queued), queued)
+        for listener in self._wait_listeners:  # e.g. shadows give their slots back (api/routing/shadow.py)
+            listener()
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         entry = self._queue.push(tenant, (future, ticket), weight, ticket.slots)
         self._note_demand(tenant)
@@ -232,6 +235,20 @@ class FairAdmission:
             raise
         ticket.queue_seconds = ticket.granted_at - started
         return ticket
+
+    def try_acquire_idle(self, tenant: str, slots: int, keep_free: int) -> Ticket | None:
+        """Slots for background work, only while nobody waits and `keep_free` slots stay free after it; never
+        queues. Whoever holds such slots should give them back when a wait listener fires."""
+        slots = max(1, min(slots, self.max_running))
+        if self._queue or self.max_running - self._total_running - slots < keep_free:
+            return None
+        ticket = Ticket(tenant, slots=slots)
+        self._grant(ticket, self._clock())
+        return ticket
+
+    def add_wait_listener(self, listener: Callable[[], None]) -> None:
+        """`listener()` runs whenever a request has to wait for a slot."""
+        self._wait_listeners.append(listener)
 
     def release(self, ticket: Ticket) -> None:
         """Give the slot to the next waiter in fair order; releasing twice does nothing."""

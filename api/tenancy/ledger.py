@@ -47,11 +47,13 @@ CREATE TABLE IF NOT EXISTS usage (
 );
 CREATE INDEX IF NOT EXISTS usage_tenant_created ON usage (tenant, created_at);
 CREATE INDEX IF NOT EXISTS usage_created ON usage (created_at);
-""",)
+""", """
+ALTER TABLE usage ADD COLUMN route TEXT NOT NULL DEFAULT ''
+""")  # 2: `route`, the routing step's decision and any fallback taken
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _COLUMNS = ("request_id", "tenant", "priority", "model", "version", "prompt_tokens", "completion_tokens",
-            "queue_s", "ttft_s", "e2e_s", "status", "finish", "price_usd", "cost_usd", "created_at")
+            "queue_s", "ttft_s", "e2e_s", "status", "finish", "price_usd", "cost_usd", "created_at", "route")
 
 
 class LedgerError(Exception):
@@ -143,7 +145,7 @@ class UsageLedger:
         row = (outcome.request_id, outcome.tenant, outcome.priority, outcome.model, outcome.version,
                outcome.prompt_tokens, outcome.completion_tokens, outcome.queue_seconds, outcome.ttft_seconds,
                outcome.e2e_seconds, outcome.status, finish, outcome.price_usd, outcome.cost_usd,
-               outcome.finished_at)
+               outcome.finished_at, outcome.route)
         sql = (f"INSERT INTO usage ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))}) "
                "ON CONFLICT (request_id) DO NOTHING")
         try:

@@ -64,6 +64,27 @@ def test_one_json_log_line_per_request(server, keys, base_model_id):
     assert record["completion_tokens"] == 3
 
 
+# What the server answered before the restart below: user -> model, and the rollout's id.
+BEFORE_RESTART: dict[str, object] = {}
+
+
+def _ab_models(server: str, acme: dict[str, str]) -> dict[str, str]:
+    return {user: httpx.post(f"{server}/v1/completions", headers=acme, timeout=60,
+                             json={"model": "route-restart", "prompt": "x", "max_tokens": 1, "user": user}
+                             ).json()["model"] for user in (f"user-{i}" for i in range(10))}
+
+
+def test_routing_state_before_a_restart(server, keys, acme, registry, adapter_dirs):
+    for source in ("sql-helper", "support-bot"):
+        registry.push(adapter_dirs[source], "route-restart")
+    registry.promote("route-restart", 1)
+    started = httpx.post(f"{server}/v1/adapters/route-restart/rollout", headers=keys.admin_headers, timeout=30,
+                         json={"candidate": 2, "percent": 50, "sticky": True})
+    assert started.status_code == 201, started.text
+    BEFORE_RESTART.update(rollout=started.json()["id"], models=_ab_models(server, acme))
+    assert set(BEFORE_RESTART["models"].values()) == {"route-restart@1", "route-restart@2"}
+
+
 def test_sigterm_lets_a_running_stream_finish_then_exits_zero(server_process, server, acme, base_model_id):
     # What the real process must do on SIGTERM: finish the stream it is serving, token for token, and exit 0.
     # Readiness and refusals during the drain are checked where the drain can be held open on purpose
@@ -86,6 +107,17 @@ def test_sigterm_lets_a_running_stream_finish_then_exits_zero(server_process, se
     assert server_process.proc.wait(60) == 0
     log = server_process.log_path.read_text()
     assert "SIGTERM: draining 1 request(s)" in log and "drain complete" in log
+
+
+def test_routing_state_survives_the_restart(server_process, keys, acme):
+    """The SIGTERM test above stopped the server; this start is the restart."""
+    assert BEFORE_RESTART, "test_routing_state_before_a_restart did not run"
+    server_process.ensure_running()
+    server = server_process.url
+    report = httpx.get(f"{server}/v1/adapters/route-restart/rollout", headers=keys.admin_headers, timeout=30).json()
+    assert report["rollout"]["id"] == BEFORE_RESTART["rollout"] and report["rollout"]["state"] == "active"
+    assert sum(arm["requests"] for arm in report["arms"]) == 10  # the outcomes recorded before it
+    assert _ab_models(server, acme) == BEFORE_RESTART["models"]  # every user keeps its arm
 
 
 def test_ledger_survives_kill_9_during_load(server_process, keys, base_model_id, demo_home):

@@ -20,7 +20,7 @@ from bench_report import markdown_table, replace_section, write_run  # noqa: E40
 
 
 @pytest.mark.parametrize("argv,expected", [
-    ([], ["overhead", "lora-scaling", "tiers", "noisy-neighbour", "baseline-hf", "kernels", "state"]),
+    ([], ["overhead", "lora-scaling", "tiers", "noisy-neighbour", "baseline-hf", "kernels", "state", "routing"]),
     (["tiers", "kernels"], ["tiers", "kernels"]),
 ])
 def test_scenarios_parse(argv, expected):

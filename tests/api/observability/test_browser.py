@@ -36,6 +36,16 @@ def fixed_data(outcome) -> bytes:
     metrics.observe(outcome(tenant="acme", ttft_seconds=2.0, e2e_seconds=2.5))  # misses the 0.5 s TTFT objective
     metrics.observe(outcome(tenant="beta", model="support", version="3", ttft_seconds=0.125))
     data = dashboard_snapshot(metrics, {"engine": ["support@3"], "cpu": ["support@3", "sql@1"]}, now=0.0)
+    data["routing"] = {  # the shape of api/routing/serving.py RoutingService.panel
+        "rollouts": [{"id": 3, "name": "sql", "policy": "canary", "state": "rolled_back", "percent": 10.0,
+                      "reason": "error rate 50% over the last 20 candidate requests is above 20%",
+                      "arms": [{"arm": "stable", "model": "sql@1", "requests": 180, "error_rate": 0.0,
+                                "ttft_p95_s": 0.25},
+                               {"arm": "candidate", "model": "sql@2", "requests": 20, "error_rate": 0.5,
+                                "ttft_p95_s": None}],
+                      "shadow": {"completed": 4, "exact_match_rate": 0.75}}],
+        "breakers": {"sql@2": "open"},
+    }
     return json.dumps(data).encode()
 
 
@@ -215,6 +225,11 @@ def test_dashboard_renders_rows_in_chromium(server, tmp_path):
     assert dom.adapters == {"engine": ["support@3"], "cpu": ["sql@1", "support@3"], "disk": []}
     assert dom.ids["last-updated"] != "never"
     assert not dom.ids.get("error")
+    candidate = {"data-rollout": "3", "data-arm": "candidate"}
+    assert dom.cell(candidate, "error-rate")[1] == "50.00%"
+    assert dom.cell(candidate, "state")[1] == "rolled_back"
+    assert dom.cell(candidate, "shadow")[1] == "75.00%"
+    assert dom.cell({"data-rollout": "3", "data-arm": "stable"}, "requests")[1] == "180"
 
 
 @needs_chromium

@@ -18,11 +18,11 @@ REPO = Path(__file__).resolve().parents[3]
 
 def outcome(request_id: str, tenant: str = "acme", model: str = "sql-helper", version: str = "2",
             prompt: int = 10, completion: int = 5, status: int = 200, at: float = 1000.0,
-            price: float = 0.01, cost: float = 0.002) -> RequestOutcome:
+            price: float = 0.01, cost: float = 0.002, route: str = "") -> RequestOutcome:
     return RequestOutcome(
         request_id=request_id, tenant=tenant, priority="standard", model=model, version=version, status=status,
         prompt_tokens=prompt, completion_tokens=completion, queue_seconds=0.05, ttft_seconds=0.1,
-        e2e_seconds=0.5, inter_token_seconds=(0.1,), price_usd=price, cost_usd=cost, finished_at=at,
+        e2e_seconds=0.5, inter_token_seconds=(0.1,), price_usd=price, cost_usd=cost, finished_at=at, route=route,
     )
 
 
@@ -57,11 +57,14 @@ def test_a_ledger_versioned_before_the_schema_table_opens(tmp_path):
     UsageLedger(path).close()
     with sqlite3.connect(path) as raw:  # as loraplex wrote it before: the version in user_version only
         raw.execute("DROP TABLE usage_schema_version")
+        raw.execute("ALTER TABLE usage DROP COLUMN route")
         raw.execute("PRAGMA user_version = 1")
-    with UsageLedger.reader(path) as reader:
-        assert reader.count() == 0
+    with pytest.raises(LedgerError, match="schema version 1"):
+        UsageLedger.reader(path)  # a reader never migrates
     with UsageLedger(path) as ledger:
         assert ledger.record(outcome("r1"), "stop") and ledger.count() == 1
+    with UsageLedger.reader(path) as reader:
+        assert reader.count() == 1
 
 
 def test_rejects_unknown_synchronous(tmp_path):
@@ -70,11 +73,12 @@ def test_rejects_unknown_synchronous(tmp_path):
 
 
 def test_record_stores_every_field(ledger):
-    assert ledger.record(outcome("req-1"), "stop")
+    assert ledger.record(outcome("req-1", route="direct;fallback_from=sql-helper@2;reason=load_failed"), "stop")
     assert ledger.query() == [{
         "request_id": "req-1", "tenant": "acme", "priority": "standard", "model": "sql-helper", "version": "2",
         "prompt_tokens": 10, "completion_tokens": 5, "queue_s": 0.05, "ttft_s": 0.1, "e2e_s": 0.5,
         "status": 200, "finish": "stop", "price_usd": 0.01, "cost_usd": 0.002, "created_at": 1000.0,
+        "route": "direct;fallback_from=sql-helper@2;reason=load_failed",
     }]
 
 
@@ -207,3 +211,20 @@ def test_a_lost_postgresql_connection_fails_one_write_and_the_retry_reconnects(p
             ledger.record(outcome("lost"), "stop")
         assert ledger.record(outcome("lost"), "stop")  # what LedgerWriter's retry does
         assert [r["request_id"] for r in ledger.query()] == ["before", "lost"]
+
+
+def test_a_version_1_ledger_gains_the_route_column(tmp_path):
+    path = tmp_path / "usage.sqlite"
+    with sqlite3.connect(path) as raw:
+        raw.execute("CREATE TABLE usage (id INTEGER PRIMARY KEY, request_id TEXT NOT NULL UNIQUE, tenant TEXT NOT NULL, "
+                    "priority TEXT NOT NULL, model TEXT NOT NULL, version TEXT NOT NULL, prompt_tokens INTEGER NOT NULL, "
+                    "completion_tokens INTEGER NOT NULL, queue_s REAL NOT NULL, ttft_s REAL, e2e_s REAL NOT NULL, "
+                    "status INTEGER NOT NULL, finish TEXT NOT NULL, price_usd REAL NOT NULL, cost_usd REAL NOT NULL, "
+                    "created_at REAL NOT NULL)")
+        raw.execute("INSERT INTO usage VALUES (1, 'old', 'acme', 'standard', 'm', '', 1, 1, 0, 0, 0, 200, 'stop', 0, "
+                    "0, 5)")
+        raw.execute("PRAGMA user_version = 1")
+    with UsageLedger(path) as ledger:
+        assert ledger.record(outcome("new", route="canary;arm=candidate;rollout=1"), "stop")
+        assert [(r["request_id"], r["route"]) for r in ledger.query()] == [
+            ("old", ""), ("new", "canary;arm=candidate;rollout=1")]

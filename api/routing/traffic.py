@@ -1,0 +1,324 @@
+"""The routing step: which adapter version serves a request, and what serves it when that version cannot.
+
+Between resolving `model` and admitting the request, `decide` applies the name's active rollout (only to a bare
+NAME; `NAME@V` and `NAME:ALIAS` pin) and builds the fallback chain; after admission, `enter` brings the first
+version of the chain that its circuit breaker lets through and that loads within the deadline into the engine.
+Every finished request comes back through `observe`, which feeds the breakers, records the arm's outcome and
+rolls the rollout back when its guard is breached.
+
+Active rollouts and fallback chains are read from the registry index at most every `rollout_refresh_s`, so the
+per-request cost is a dictionary lookup and two hashes; a change made by the CLI or another server is seen
+within that interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from adapters.identity import LocatedAdapter
+from adapters.index import VersionNotFound
+from adapters.manifest import Manifest
+from adapters.registry import Registry
+from adapters.rollouts import CANDIDATE_ARM, STABLE_ARM, ArmOutcome, FallbackChain, Rollout, RolloutStore
+from api.errors import OpenAIError
+from api.generation.accounting import RequestAccount
+from api.generation.adapter_loading import AdapterLoader
+from api.generation.resolve import ServedModel, Visibility
+from api.observability.outcome import RequestOutcome
+from api.routing.breaker import Breakers
+from api.routing.config import RoutingConfig
+from api.routing.guard import GuardWindow
+from api.routing.metrics import RoutingMetrics
+from api.routing.policy import arm_of, shadows
+from engine.types import ChoiceDelta
+
+logger = logging.getLogger(__name__)
+
+ROUTE_HEADER = "x-loraplex-route"
+FALLBACK_HEADER = "x-loraplex-fallback"
+# Load failures that the next version of the chain may answer instead (anything else is the request's own fault).
+LOAD_FAILURES = ("adapter_invalid", "adapter_load_failed", "adapter_load_timeout", "adapter_missing")
+
+
+@dataclass
+class Route:
+    """What the routing step decided for one request, and what happened to it."""
+
+    policy: str  # canary, ab (a sticky rollout), direct (a bare NAME or the base model), pinned
+    primary: ServedModel
+    chain: tuple[ServedModel, ...] = ()  # what serves, in order, when the one before cannot
+    rollout: Rollout | None = None
+    arm: str | None = None
+    shadow: ServedModel | None = None  # the candidate, when this request is copied to it
+    served: ServedModel | None = None  # set by `enter`
+    fallback: str | None = None  # why the primary did not serve, when it did not
+    primary_failed: int | None = None  # status the primary's load failed with (a candidate's error for its guard)
+    output: dict[int, list[int]] = field(default_factory=dict)  # choice -> token ids, when tapped
+    logprob_sum: float = 0.0
+    logprob_count: int = 0
+    finished: asyncio.Future | None = None  # resolves with `output` when the primary ran to its end
+
+    def header(self) -> str:
+        parts = [self.policy]
+        if self.arm is not None:
+            parts.append(f"arm={self.arm}")
+        if self.rollout is not None:
+            parts.append(f"rollout={self.rollout.id}")
+        return ";".join(parts)
+
+    def headers(self) -> dict[str, str]:
+        headers = {ROUTE_HEADER: self.header()}
+        if self.fallback is not None and self.served is not None:
+            headers[FALLBACK_HEADER] = f"{self.primary.id};reason={self.fallback};served={self.served.id}"
+        return headers
+
+    def ledger_route(self) -> str:
+        """How the ledger row names the route: the header, plus where a fallback came from."""
+        text = self.header()
+        if self.fallback is not None:
+            text += f";fallback_from={self.primary.id};reason={self.fallback}"
+        return text
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    at: float
+    rollouts: dict[str, Rollout]
+    fallbacks: dict[str, FallbackChain]
+    previous: dict[str, int]  # name -> the version `stable` would roll back to, for names whose chain has it
+
+
+class TrafficRouter:
+    def __init__(self, registry: Registry, store: RolloutStore, config: RoutingConfig, metrics: RoutingMetrics,
+                 clock: Callable[[], float] = time.monotonic):
+        self.registry = registry
+        self.store = store
+        self.config = config
+        self.metrics = metrics
+        self._clock = clock
+        self.breakers = Breakers(config.breaker_failures, config.breaker_open_s, clock)
+        metrics.set_breaker_source(self.breakers.states)
+        self._snapshot: _Snapshot | None = None
+        self._manifests: dict[tuple[str, int], Manifest] = {}
+        self._routes: dict[str, Route] = {}  # request id -> route, until the request's outcome is observed
+        self._windows: dict[int, GuardWindow] = {}
+        self._lock = threading.Lock()  # `observe` runs in the accounts' worker thread
+
+    # Decide
+
+    def refresh(self) -> _Snapshot:
+        """Re-reads rollouts and fallback chains (at most every `rollout_refresh_s` unless forced by a change)."""
+        now = self._clock()
+        snap = self._snapshot
+        if snap is not None and now - snap.at < self.config.rollout_refresh_s:
+            return snap
+        fallbacks = self.store.fallbacks()
+        previous = {}
+        for name, chain in fallbacks.items():
+            if chain.previous:
+                version = self.registry.index.previous_target(name)
+                if version is not None:
+                    previous[name] = version
+        snap = self._snapshot = _Snapshot(now, self.store.active(), fallbacks, previous)
+        live = {rollout.id for rollout in snap.rollouts.values()}
+        with self._lock:
+            for rollout_id in [r for r in self._windows if r not in live]:  # ended elsewhere: promoted, aborted
+                del self._windows[rollout_id]
+        return snap
+
+    def invalidate(self) -> None:
+        self._snapshot = None
+
+    def decide(self, model: str, served: ServedModel, tenant: str, user: str | None, request_id: str,
+               may_use: Visibility) -> Route:
+        """`model` as the request gave it; `served` what it resolved to."""
+        manifest = served.manifest
+        if manifest is None:
+            return Route("direct", served)
+        if model != manifest.name:
+            return self._remember(request_id, Route("pinned", served))
+        snap = self.refresh()
+        name = manifest.name
+        rollout = snap.rollouts.get(name)
+        if rollout is None or rollout.stable_version != manifest.version:
+            return self._remember(request_id, Route("direct", served, self._chain(snap, served, may_use)))
+        arm = arm_of(rollout, user, tenant, request_id)
+        candidate = self._served(served, name, rollout.candidate_version)
+        route = Route("ab" if rollout.sticky else "canary", served, rollout=rollout, arm=arm)
+        if arm == CANDIDATE_ARM and candidate is not None:
+            route.primary, route.chain = candidate, (served, *self._base(served, snap, may_use))
+        else:
+            route.chain = self._chain(snap, served, may_use)
+            if candidate is not None and shadows(rollout, arm, request_id):
+                route.shadow = candidate
+        self.metrics.routed.labels(self.metrics.label(name), arm).inc()
+        return self._remember(request_id, route)
+
+    def _remember(self, request_id: str, route: Route) -> Route:
+        """Until `observe` reads the request's outcome (every account is closed, so every entry leaves)."""
+        with self._lock:
+            self._routes[request_id] = route
+        return route
+
+    def _chain(self, snap: _Snapshot, served: ServedModel, may_use: Visibility) -> tuple[ServedModel, ...]:
+        chain = []
+        previous = snap.previous.get(served.name)
+        if previous is not None and previous != served.manifest.version:
+            fallback = self._served(served, served.name, previous)
+            if fallback is not None:
+                chain.append(fallback)
+        return (*chain, *self._base(served, snap, may_use))
+
+    @staticmethod
+    def _base(served: ServedModel, snap: _Snapshot, may_use: Visibility) -> tuple[ServedModel, ...]:
+        chain = snap.fallbacks.get(served.name)
+        if chain is not None and chain.base and may_use(None):
+            return (ServedModel(served.base_model_id, None),)
+        return ()
+
+    def _served(self, like: ServedModel, name: str, version: int) -> ServedModel | None:
+        """A version as a ServedModel (versions are immutable, so their manifests are cached); None if gone."""
+        key = (name, version)
+        manifest = self._manifests.get(key)
+        if manifest is None:
+            try:
+                manifest = self.registry.index.get(name, version)
+            except VersionNotFound:
+                return None
+            self._manifests[key] = manifest
+        return ServedModel(like.base_model_id, manifest)
+
+    # Enter
+
+    async def enter(self, route: Route, loader: AdapterLoader, account: RequestAccount) -> LocatedAdapter | None:
+        """Loads the first version of [primary, *chain] that can serve; sets `route.served`. 503 when none can."""
+        options = (route.primary, *route.chain)
+        for i, served in enumerate(options):
+            last = i == len(options) - 1
+            breaker = self.breakers.of(served.id) if served.manifest is not None else None
+            if breaker is not None and not breaker.allow():
+                if last:
+                    raise OpenAIError(503, f"{served.id} is not serving right now (its circuit breaker is open) "
+                                      "and no fallback is configured.", code="breaker_open")
+                self._fell_back(route, served, "breaker_open", 503)
+                continue
+            try:
+                adapter = await asyncio.wait_for(loader.enter(served, account), self.config.adapter_load_deadline_s)
+            except (OpenAIError, asyncio.TimeoutError) as e:
+                if isinstance(e, OpenAIError) and e.code not in LOAD_FAILURES:
+                    if breaker is not None:
+                        breaker.abandon()
+                    raise
+                reason = "load_timeout" if isinstance(e, asyncio.TimeoutError) else "load_failed"
+                if breaker is not None:
+                    breaker.failure()
+                if last:
+                    if isinstance(e, asyncio.TimeoutError):
+                        raise OpenAIError(503, f"Adapter {served.id} did not load within "
+                                          f"{self.config.adapter_load_deadline_s:g}s.",
+                                          code="adapter_load_timeout") from e
+                    raise
+                self._fell_back(route, served, reason, e.status if isinstance(e, OpenAIError) else 503)
+                continue
+            except BaseException:  # cancelled (the client left) or unforeseen: no verdict on the version
+                if breaker is not None:
+                    breaker.abandon()
+                raise
+            route.served = served
+            return adapter
+        raise AssertionError("unreachable: the last option raises")
+
+    def _fell_back(self, route: Route, served: ServedModel, reason: str, status: int) -> None:
+        if route.fallback is None:
+            route.fallback = reason
+            if route.arm == CANDIDATE_ARM:
+                route.primary_failed = status
+        self.metrics.fallbacks.labels(self.metrics.label(served.id), reason).inc()
+        logger.warning("%s could not serve (%s); trying the next in its fallback chain", served.id, reason)
+
+    # The primary's output, for shadows and A/B logprobs
+
+    async def tap(self, route: Route, deltas: AsyncIterator[ChoiceDelta]) -> AsyncIterator[ChoiceDelta]:
+        """Passes the deltas through, keeping the token ids and logprobs; resolves `route.finished` at the end."""
+        try:
+            async for delta in deltas:
+                route.output.setdefault(delta.index, []).extend(delta.token_ids)
+                for position in delta.logprobs or ():
+                    route.logprob_sum += position.chosen.logprob
+                    route.logprob_count += 1
+                yield delta
+        except BaseException:
+            if route.finished is not None and not route.finished.done():
+                route.finished.cancel()
+            raise
+        if route.finished is not None and not route.finished.done():
+            route.finished.set_result(route.output)
+
+    # Observe
+
+    def observe(self, outcome: RequestOutcome) -> None:
+        """Reads one finished request (in the accounts' worker thread): breakers, arm outcome, guard."""
+        with self._lock:
+            route = self._routes.pop(outcome.request_id, None)
+        if route is None:
+            return
+        if route.finished is not None and not route.finished.done():
+            route.finished.get_loop().call_soon_threadsafe(_cancel, route.finished)
+        served = route.served
+        self._feed_breaker(route.served, outcome.status)
+        rollout = route.rollout
+        if rollout is None:
+            return
+        status = route.primary_failed or outcome.status
+        ttft = None if route.primary_failed else outcome.ttft_seconds
+        tpot = None if route.primary_failed else outcome.tpot_seconds
+        logprob = route.logprob_sum / route.logprob_count if route.logprob_count else None
+        try:
+            self.store.record([ArmOutcome(outcome.request_id, rollout.id, route.arm, outcome.tenant, status, ttft,
+                                          tpot, outcome.completion_tokens, outcome.cost_usd, logprob,
+                                          outcome.finished_at)])
+        except Exception:
+            logger.exception("could not record the outcome of %s for rollout %d", outcome.request_id, rollout.id)
+        if route.arm == CANDIDATE_ARM:
+            self._judge(rollout, status, ttft)
+
+    def _feed_breaker(self, served: ServedModel | None, status: int) -> None:
+        if served is None or served.manifest is None:
+            return
+        breaker = self.breakers.of(served.id)
+        if status in (500, 504):
+            breaker.failure()
+        elif status < 400:
+            breaker.success()
+        else:
+            breaker.abandon()
+
+    def _judge(self, rollout: Rollout, status: int, ttft: float | None) -> None:
+        with self._lock:
+            window = self._windows.get(rollout.id)
+            if window is None:
+                window = self._windows[rollout.id] = GuardWindow(rollout.guard)
+            now = self._clock()
+            window.add(now, status >= 500, ttft)
+            reason = window.breach(now)
+            if reason is None:
+                return
+            del self._windows[rollout.id]
+        try:
+            self.store.end(rollout.name, "rolled_back", reason, rollout_id=rollout.id)
+        except Exception:  # already ended (promoted, aborted, or rolled back by another server)
+            logger.info("rollout %d of %s had already ended when its guard tripped", rollout.id, rollout.name)
+            return
+        self.invalidate()
+        self.metrics.rollbacks.labels(self.metrics.label(rollout.name)).inc()
+        logger.warning("rolled back %s -> %s automatically: %s", rollout.candidate_label, rollout.stable_label, reason)
+
+
+def _cancel(future: asyncio.Future) -> None:
+    if not future.done():
+        future.cancel()
