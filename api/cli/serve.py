@@ -20,8 +20,8 @@ from adapters.validation import AdapterValidationError
 from api.cli.flags import add_config_arguments, config_from_args
 from api.input_limits import InputLimits
 from api.lifecycle import DrainingServer, http_config
-from api.sagemaker.environment import MODEL_DIR, PORT_ENV, ModelArtifacts, bound_port, model_artifacts
 from api.routing.config import RoutingConfig
+from api.sagemaker.environment import MODEL_DIR, PORT_ENV, ModelArtifacts, bound_port, model_artifacts
 from api.server import ServingOptions, TierSizes, build_server
 from api.tenancy.config import ConfigError, TenancyConfig, load_tenancy_config
 from api.tenancy.ledger import LedgerError
