@@ -27,7 +27,10 @@ from api.generation.request import Pipeline
 from api.generation.resolve import ModelResolver
 from api.input_limits import InputLimits
 from api.lifecycle import Lifecycle
+from api.graphs.serving import GraphService
+from api.graphs.table import VirtualModelTable
 from api.observability.dashboard import dashboard_snapshot
+from api.observability.drift import DriftCollector, DriftConfig, DriftMonitor
 from api.observability.history import FINE, History
 from api.observability.history_events import HistoryTierEvents
 from api.observability.history_json import slo_points
@@ -96,6 +99,8 @@ class Server:
     catalog: ModelCatalog
     input_limits: InputLimits
     history: History
+    graphs: GraphService
+    drift: DriftMonitor
     pins: tuple[str, ...] = ()
     chat: ChatService = field(init=False)
     completion: CompletionService = field(init=False)
@@ -149,7 +154,7 @@ class Server:
         residency = self.tiers.residency() if self.tiers is not None else {}
         if self.disk is not None:
             residency[TIER_DISK] = [e.label for e in self.disk.entries()]
-        return dashboard_snapshot(self.metrics, residency, time.time())
+        return dashboard_snapshot(self.metrics, residency, time.time(), self.drift.snapshot())
 
     def close(self) -> None:
         for task in self._background:
@@ -170,11 +175,16 @@ class TierSizes:
 
 def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfig, options: ServingOptions,
                  tiers_sizes: TierSizes | None, pins: tuple[str, ...] = (), max_running: int | None = None,
-                 tracing: Tracing | None = None, input_limits: InputLimits = InputLimits()) -> Server:
+                 tracing: Tracing | None = None, input_limits: InputLimits = InputLimits(),
+                 drift_config: DriftConfig = DriftConfig()) -> Server:
     """`tiers_sizes` None: no adapter tiers (the fake engine of HTTP-layer tests). `max_running` is the
     engine's batch size, used unless the tenants file sets its own admission size. `tracing` replaces the
-    one `options.otlp_endpoint` describes (tests pass an in-memory exporter)."""
+    one `options.otlp_endpoint` describes (tests pass an in-memory exporter). Raises GraphError listing every
+    problem of the tenants file's virtual models."""
+    virtual = VirtualModelTable(engine.model_id, registry, tenancy.virtual_models)
     metrics = Metrics(CollectorRegistry(), options.metrics_top_n, tenancy.slo_for)
+    drift = DriftMonitor(drift_config)
+    metrics.registry.register(DriftCollector(drift))
     history = History(metrics.tenant_label, metrics.model_label, time.time)
     tier_events = HistoryTierEvents(metrics.adapters, history)
     ledger = UsageLedger(Path(options.ledger_path) if options.ledger_path else default_ledger_path(),
@@ -208,12 +218,13 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
         accounts=Accounts(sink, tenancy, PriceTable(tenancy), meter, metrics.in_flight, lifecycle),
         resolver=resolver, limits=TenantLimits(_limiters(tenancy, ledger)),
         admission=EngineAdmission(tenancy, queue, tracing), loader=AdapterLoader(tiers, tracing), tracing=tracing,
-        input_limits=input_limits, billing=billing, cache_salts=CacheSalts(),
+        input_limits=input_limits, billing=billing, cache_salts=CacheSalts(), drift=drift,
     )
     return Server(
         engine=engine, registry=registry, tenancy=tenancy, options=options, auth=Authenticator(tenancy),
         metrics=metrics, ledger=ledger, tiers=tiers, disk=disk, meter=meter, tracing=tracing, lifecycle=lifecycle,
-        pipeline=pipeline, catalog=ModelCatalog(resolver), input_limits=input_limits, history=history, pins=pins,
+        pipeline=pipeline, catalog=ModelCatalog(resolver, virtual), input_limits=input_limits, history=history,
+        graphs=GraphService(virtual, tenancy), drift=drift, pins=pins,
     )
 
 

@@ -109,7 +109,11 @@ async def run_generation(request: Request, parse: ParseBody) -> Response:
 
 async def _generate(request: Request, body_cls: type[Body], service: GenerationService[Body]) -> Response:
     async def parse() -> tuple[Body, GenerationService[Body]]:
-        return await parse_body(request, body_cls, request.app.state.server.input_limits.max_json_depth), service
+        server = request.app.state.server
+        body = await parse_body(request, body_cls, server.input_limits.max_json_depth)
+        if server.graphs.serves(body.model):  # a virtual model: its runs go through `service`
+            return body, server.graphs.bound(service)
+        return body, service
 
     return await run_generation(request, parse)
 
