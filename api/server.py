@@ -25,12 +25,12 @@ from api.generation.cache_salt import CacheSalts
 from api.generation.limits import TenantLimits
 from api.generation.request import Pipeline
 from api.generation.resolve import ModelResolver
-from api.input_limits import InputLimits
-from api.lifecycle import Lifecycle
 from api.graphs.serving import GraphService
 from api.graphs.table import VirtualModelTable
+from api.input_limits import InputLimits
+from api.lifecycle import Lifecycle
 from api.observability.dashboard import dashboard_snapshot
-from api.observability.drift import DriftCollector, DriftConfig, DriftMonitor
+from api.observability.drift import DEFAULT_DRIFT, DriftCollector, DriftConfig, DriftMonitor
 from api.observability.history import FINE, History
 from api.observability.history_events import HistoryTierEvents
 from api.observability.history_json import slo_points
@@ -176,7 +176,7 @@ class TierSizes:
 def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfig, options: ServingOptions,
                  tiers_sizes: TierSizes | None, pins: tuple[str, ...] = (), max_running: int | None = None,
                  tracing: Tracing | None = None, input_limits: InputLimits = InputLimits(),
-                 drift_config: DriftConfig = DriftConfig()) -> Server:
+                 drift_config: DriftConfig = DEFAULT_DRIFT) -> Server:
     """`tiers_sizes` None: no adapter tiers (the fake engine of HTTP-layer tests). `max_running` is the
     engine's batch size, used unless the tenants file sets its own admission size. `tracing` replaces the
     one `options.otlp_endpoint` describes (tests pass an in-memory exporter). Raises GraphError listing every

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 from adapters.identity import parse_model_ref
 from adapters.registry import AdapterNotFound, Registry
-from api.graphs.config import VirtualModel, graph_problems, leaves
 from api.generation.resolve import Visibility
+from api.graphs.config import VirtualModel, graph_problems, leaves
 
 
 class GraphError(Exception):

@@ -48,6 +48,9 @@ class DriftConfig(BaseModel):
     drift_max_versions: int = Field(default=100, ge=1, description="Adapter versions watched; later ones are not.")
 
 
+DEFAULT_DRIFT = DriftConfig()
+
+
 # ---------------------------------------------------------------- pure functions
 
 
@@ -161,7 +164,7 @@ class VersionDrift:
 class DriftMonitor:
     """Windows per adapter version (`model`, `version`), fed by finished sequences; thread-safe."""
 
-    def __init__(self, config: DriftConfig = DriftConfig()):
+    def __init__(self, config: DriftConfig = DEFAULT_DRIFT):
         self.config = config
         self._lock = threading.Lock()
         self._versions: dict[tuple[str, str], VersionWindows] = {}

@@ -113,7 +113,7 @@ async def test_prompt_length_shift_marks_drift(server, keys, registry, adapter_d
 
     def gauge(metric: str, feature: str) -> float | None:
         found = re.search(rf'^{metric}{{feature="{feature}",model="{name}",version="{version}"}} (\S+)$',
-                          metrics_text(), re.M)
+                          metrics_text(), re.MULTILINE)
         return float(found.group(1)) if found else None
 
     await batch("short prompt")  # the reference window
@@ -122,9 +122,9 @@ async def test_prompt_length_shift_marks_drift(server, keys, registry, adapter_d
     assert gauge("loraplex_drift_psi", "prompt_tokens") == 0.0
     assert gauge("loraplex_drift_detected", "prompt_tokens") == 0.0
     await batch("a much longer prompt " * 12)
-    threshold = float(re.search(r"^loraplex_drift_threshold (\S+)$", metrics_text(), re.M).group(1))
+    threshold = float(re.search(r"^loraplex_drift_threshold (\S+)$", metrics_text(), re.MULTILINE).group(1))
     assert gauge("loraplex_drift_psi", "prompt_tokens") >= threshold
     assert gauge("loraplex_drift_detected", "prompt_tokens") == 1.0
-    data = httpx.get(f"{server}/dashboard/data", headers=keys.admin_headers).json()["drift"]
+    data = (await asyncio.to_thread(httpx.get, f"{server}/dashboard/data", headers=keys.admin_headers)).json()["drift"]
     [row] = [v for v in data["versions"] if v["model"] == name]
     assert "prompt_tokens" in row["drifted"] and row["reference"] == DRIFT_WINDOW

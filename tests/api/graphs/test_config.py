@@ -59,8 +59,8 @@ def test_every_problem_at_once():
         "virtual_models.poet: the name clashes with an adapter 'poet'; callers could not tell them apart",
         "virtual_models.base: the name clashes with the base model 'base'; callers could not tell them apart",
         "virtual_models.a.cascade[0]: unknown member 'missing' (not an adapter, the base model or a virtual model)",
-        "virtual_models.a.cascade[1]: unknown member 'sql-helper@9' (not an adapter, the base model or a virtual "
-        "model)",
+        ("virtual_models.a.cascade[1]: unknown member 'sql-helper@9' (not an adapter, the base model or a virtual "
+         "model)"),
         "virtual_models.b.ensemble[1]: adapter name 'Bad Name' must match ^[a-z0-9][a-z0-9._-]{0,62}$",
         "virtual_models: cycle b -> c -> b",
     ]

@@ -14,15 +14,15 @@ def test_mean_logprob(values, expected):
 
 
 @pytest.mark.parametrize("rule, text, mean, expected", [
-    (dict(mean_logprob_below=-2.0), "x", -2.5, (True, "mean_logprob")),
-    (dict(mean_logprob_below=-2.0), "x", -2.0, (False, None)),  # at the threshold: not below
-    (dict(mean_logprob_below=-2.0), "x", -1.5, (False, None)),
-    (dict(mean_logprob_below=-2.0), "", None, (False, None)),  # an empty answer has no mean
-    (dict(output_matches="(?i)not sure"), "I am NOT SURE", None, (True, "output_matches")),
-    (dict(output_matches="^SELECT"), "the answer: SELECT 1", -0.1, (False, None)),  # search, anchored by ^
-    (dict(mean_logprob_below=-2.0, output_matches="x"), "x", -3.0, (True, "mean_logprob")),
-    (dict(mean_logprob_below=-2.0, output_matches="x"), "x", -1.0, (True, "output_matches")),
-    (dict(mean_logprob_below=-2.0, output_matches="x"), "y", -1.0, (False, None)),
+    ({"mean_logprob_below": -2.0}, "x", -2.5, (True, "mean_logprob")),
+    ({"mean_logprob_below": -2.0}, "x", -2.0, (False, None)),  # at the threshold: not below
+    ({"mean_logprob_below": -2.0}, "x", -1.5, (False, None)),
+    ({"mean_logprob_below": -2.0}, "", None, (False, None)),  # an empty answer has no mean
+    ({"output_matches": "(?i)not sure"}, "I am NOT SURE", None, (True, "output_matches")),
+    ({"output_matches": "^SELECT"}, "the answer: SELECT 1", -0.1, (False, None)),  # search, anchored by ^
+    ({"mean_logprob_below": -2.0, "output_matches": "x"}, "x", -3.0, (True, "mean_logprob")),
+    ({"mean_logprob_below": -2.0, "output_matches": "x"}, "x", -1.0, (True, "output_matches")),
+    ({"mean_logprob_below": -2.0, "output_matches": "x"}, "y", -1.0, (False, None)),
 ])
 def test_escalation(rule, text, mean, expected):
     decision = escalation(EscalationRule(**rule), text, mean)

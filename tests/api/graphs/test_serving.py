@@ -3,6 +3,8 @@ tested end to end, tests/e2e/test_virtual_models.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -112,15 +114,13 @@ async def test_reload_swaps_whole_or_not_at_all(graph_client, graph_server, grap
     refused = await graph_client.post("/v1/virtual-models/reload", headers=auth(graph_keys["all"]))
     assert refused.status_code == 403
     new = {"pair": {"cascade": {"stages": ["poet", "sql-helper"], "escalate_when": {"mean_logprob_below": -1}}}}
-    with open(tenants, "w") as f:
-        yaml.safe_dump(tenancy_data(graph_keys, new), f)
+    Path(tenants).write_text(yaml.safe_dump(tenancy_data(graph_keys, new)))
     r = await graph_client.post("/v1/virtual-models/reload", headers=auth(graph_keys["admin"]))
     assert r.status_code == 200, r.text
     assert [m["id"] for m in r.json()["data"]] == ["pair"]
     assert (await chat(graph_client, graph_keys["all"], "vote")).status_code == 404
     bad = {"pair": {"ensemble": {"members": ["ghost", "poet"]}}, "poet": {"ensemble": {"members": ["a", "b"]}}}
-    with open(tenants, "w") as f:
-        yaml.safe_dump(tenancy_data(graph_keys, bad), f)
+    Path(tenants).write_text(yaml.safe_dump(tenancy_data(graph_keys, bad)))
     r = await graph_client.post("/v1/virtual-models/reload", headers=auth(graph_keys["admin"]))
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_config"
     message = r.json()["error"]["message"]
