@@ -128,3 +128,13 @@ async def test_prompt_length_shift_marks_drift(server, keys, registry, adapter_d
     data = (await asyncio.to_thread(httpx.get, f"{server}/dashboard/data", headers=keys.admin_headers)).json()["drift"]
     [row] = [v for v in data["versions"] if v["model"] == name]
     assert "prompt_tokens" in row["drifted"] and row["reference"] == DRIFT_WINDOW
+
+    def pin(model: str) -> httpx.Response:
+        return httpx.post(f"{server}/v1/drift/{model}/pin", headers=keys.admin_headers)
+
+    assert (await asyncio.to_thread(pin, f"{name}@{version + 1}")).status_code == 404
+    pinned = await asyncio.to_thread(pin, f"{name}@{version}")
+    assert pinned.json() == {"model": name, "version": str(version), "reference": DRIFT_WINDOW, "pinned": True}
+    await batch("a much longer prompt " * 12)  # the shifted traffic is now the reference: no drift
+    assert gauge("loraplex_drift_psi", "prompt_tokens") == 0.0
+    assert gauge("loraplex_drift_detected", "prompt_tokens") == 0.0
