@@ -17,7 +17,7 @@ from adapters.home import demo_home
 from adapters.registry import Registry, RegistryConfig
 from adapters.validation import AdapterValidationError
 from api.cli.flags import add_config_arguments, config_from_args
-from api.graphs.table import GraphError
+from api.graphs.table import GraphError, VirtualModelTable
 from api.input_limits import InputLimits
 from api.lifecycle import DrainingServer, http_config
 from api.observability.drift import DriftConfig
@@ -122,6 +122,14 @@ def _tenancy(path: str | None) -> TenancyConfig:
         raise SystemExit(f"invalid tenants config {path}:\n  - " + "\n  - ".join(e.problems)) from e
 
 
+def check_virtual_models(tenancy: TenancyConfig, registry: Registry, base_model_id: str, path: str | None) -> None:
+    """The tenants file's virtual models against the registry, before the engine starts; every problem at once."""
+    try:
+        VirtualModelTable(base_model_id, registry, tenancy.virtual_models)
+    except GraphError as e:
+        raise SystemExit(f"invalid virtual models in {path}:\n  - " + "\n  - ".join(e.problems)) from e
+
+
 def serve(args: argparse.Namespace) -> None:
     # vLLM loads here, not at import: `loraplex adapters ...` and `keys ...` start without it.
     from api.app import create_app
@@ -158,6 +166,7 @@ def serve(args: argparse.Namespace) -> None:
         raise SystemExit(f"--model: {e}") from e
     registry = Registry.from_config(registry_config, base, engine_config.max_lora_rank)
     published = _publish_startup_adapters(registry, flags)
+    check_virtual_models(tenancy, registry, base.model_id, options.config)
     engine = LoraplexEngine(engine_config)
     if engine.model_id != base.model_id:
         raise SystemExit(f"model id mismatch: engine {engine.model_id!r}, registry base {base.model_id!r}")
@@ -166,12 +175,9 @@ def serve(args: argparse.Namespace) -> None:
                          f"{engine_config.max_cpu_loras}")
     sizes = TierSizes(engine_config.max_loras, engine_config.max_cpu_loras,
                       registry_config.resolved_disk_cache_dir(), registry_config.disk_cache_bytes)
-    try:
-        server = build_server(engine, registry, tenancy, options, sizes, tuple(args.pin),
-                              max_running=engine_config.max_num_seqs, input_limits=input_limits,
-                              drift_config=drift_config)
-    except GraphError as e:
-        raise SystemExit(f"invalid virtual models in {options.config}:\n  - " + "\n  - ".join(e.problems)) from e
+    server = build_server(engine, registry, tenancy, options, sizes, tuple(args.pin),
+                          max_running=engine_config.max_num_seqs, input_limits=input_limits,
+                          drift_config=drift_config)
     print(f"[loraplex] serving {engine.model_id}; registry {registry_config.resolved_store_uri()}; "
           f"published at start: {', '.join(published) or '(none)'}", file=sys.stderr, flush=True)
     config = http_config(create_app(server), input_limits, server_config.host, server_config.port,
