@@ -63,17 +63,19 @@ class GraphService:
     def serves(self, model: str) -> bool:
         return self.table.get(model) is not None
 
-    def bound(self, service: GenerationService) -> _BoundGraph:
-        return _BoundGraph(self, service)
-
-    async def create(self, service: GenerationService, req: Any, caller: Caller, request_id: str) -> Reply:
+    def bound(self, service: GenerationService, req: Any, caller: Caller) -> _BoundGraph:
+        """The virtual model `req.model` over `service`, for this caller; refuses (404, 400) before any run."""
         model = self.table.get(req.model)
         if model is None or not self.table.usable(req.model, visibility_of(self.tenancy, caller)):
             raise model_not_found(req.model)
         _check_request(req, model)
+        return _BoundGraph(self, service, model)
+
+    async def create(self, service: GenerationService, model: VirtualModel, req: Any, caller: Caller,
+                     request_id: str) -> Reply:
         asked_logprobs = _asks_logprobs(req)
         internal = req.model_copy(update=_with_logprobs(req))
-        answer = await self._run(service, internal, caller, request_id or uuid.uuid4().hex, req.model)
+        answer = await self._run_virtual(service, internal, caller, request_id or uuid.uuid4().hex, req.model, model)
         body = answer.body
         prompt = sum(r.usage.prompt_tokens for r in answer.runs)
         completion = sum(r.usage.completion_tokens for r in answer.runs)
@@ -94,6 +96,10 @@ class GraphService:
         model = self.table.get(name)
         if model is None:
             return await self._run_leaf(service, req, caller, run_id, name)
+        return await self._run_virtual(service, req, caller, run_id, name, model)
+
+    async def _run_virtual(self, service: GenerationService, req: Any, caller: Caller, run_id: str, name: str,
+                           model: VirtualModel) -> Answer:
         if model.cascade is not None:
             return await self._cascade(service, req, caller, run_id, name, model)
         return await self._ensemble(service, req, caller, run_id, name, model)
@@ -147,11 +153,11 @@ class GraphService:
 class _BoundGraph:
     """A GraphService over one endpoint, shaped like the endpoint's service for the route."""
 
-    def __init__(self, graphs: GraphService, service: GenerationService):
-        self.graphs, self.service = graphs, service
+    def __init__(self, graphs: GraphService, service: GenerationService, model: VirtualModel):
+        self.graphs, self.service, self.model = graphs, service, model
 
     async def create(self, req: Any, caller: Caller, request_id: str) -> Reply:
-        return await self.graphs.create(self.service, req, caller, request_id)
+        return await self.graphs.create(self.service, self.model, req, caller, request_id)
 
 
 def _check_request(req: Any, model: VirtualModel) -> None:

@@ -91,13 +91,16 @@ ParseBody = Callable[[], Awaitable[tuple[BaseModel, GenerationService]]]
 
 
 async def run_generation(request: Request, parse: ParseBody) -> Response:
-    """A generation route: the caller from its key, then `parse` (the body and the service that serves it),
-    then the work, cancelled if the client disconnects. A refusal before the work starts is counted."""
+    """A generation route: the caller from its key, then `parse` (the body and the service that serves it, or
+    the virtual model's graph over that service), then the work, cancelled if the client disconnects. A refusal
+    before the work starts is counted."""
     server = request.app.state.server
     caller = None
     try:
         caller = caller_of(request)
         body, service = await parse()
+        if server.graphs.serves(body.model):  # a virtual model (api/graphs): its runs go through `service`
+            service = server.graphs.bound(service, body, caller)
     except OpenAIError as e:
         server.metrics.observe_rejected(e.status, tenant=caller.tenant if caller else UNKNOWN)
         raise
@@ -109,11 +112,7 @@ async def run_generation(request: Request, parse: ParseBody) -> Response:
 
 async def _generate(request: Request, body_cls: type[Body], service: GenerationService[Body]) -> Response:
     async def parse() -> tuple[Body, GenerationService[Body]]:
-        server = request.app.state.server
-        body = await parse_body(request, body_cls, server.input_limits.max_json_depth)
-        if server.graphs.serves(body.model):  # a virtual model: its runs go through `service`
-            return body, server.graphs.bound(service)
-        return body, service
+        return await parse_body(request, body_cls, request.app.state.server.input_limits.max_json_depth), service
 
     return await run_generation(request, parse)
 

@@ -68,11 +68,13 @@ async def test_ensemble_of_nested_models(graph_client, graph_keys, graph_server)
 
 
 @pytest.mark.parametrize("extra, param", [({"stream": True}, "stream"), ({"n": 2}, "n")])
-async def test_refused_shapes(graph_client, graph_keys, fake_engine, extra, param):
+async def test_refused_shapes(graph_client, graph_server, graph_keys, fake_engine, extra, param):
     r = await chat(graph_client, graph_keys["all"], "vote", **extra)
     assert r.status_code == 400
     assert r.json()["error"]["param"] == param and r.json()["error"]["type"] == "invalid_request_error"
     assert fake_engine.requests == []
+    counted = 'loraplex_requests_total{model="unknown",status="400",tenant="all",version=""} 1.0'
+    assert counted in graph_server.metrics.render().decode()
 
 
 async def test_several_prompts_refused(graph_client, graph_keys):
