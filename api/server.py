@@ -31,6 +31,7 @@ from api.input_limits import InputLimits
 from api.lifecycle import Lifecycle
 from api.observability.dashboard import dashboard_snapshot
 from api.observability.drift import DEFAULT_DRIFT, DriftCollector, DriftConfig, DriftMonitor
+from api.observability.drift_store import DRIFT_FILE, SAVE_INTERVAL_S, DriftStore
 from api.observability.history import FINE, History
 from api.observability.history_events import HistoryTierEvents
 from api.observability.history_json import slo_points
@@ -101,6 +102,7 @@ class Server:
     history: History
     graphs: GraphService
     drift: DriftMonitor
+    drift_store: DriftStore
     pins: tuple[str, ...] = ()
     chat: ChatService = field(init=False)
     completion: CompletionService = field(init=False)
@@ -124,7 +126,8 @@ class Server:
             result = await self.admin.load(self.registry.resolve(parse_model_ref(name)))
             logger.info("pinned %s (%s)", result.model, result.found_in)
         self._background = [asyncio.create_task(self._sample_history()),
-                            asyncio.create_task(self._retry_billing())]
+                            asyncio.create_task(self._retry_billing()),
+                            asyncio.create_task(self._save_drift())]
         self.lifecycle.ready = True
 
     async def _sample_history(self) -> None:
@@ -139,6 +142,18 @@ class Server:
             await asyncio.sleep(BILLING_RETRY_S)
             if self.pipeline.billing.pending:
                 await asyncio.to_thread(self.pipeline.billing.retry_pending)
+
+    async def _save_drift(self) -> None:
+        """The drift windows to their store while they change (and once more in `close`)."""
+        saved = self.drift.changes
+        while True:
+            await asyncio.sleep(SAVE_INTERVAL_S)
+            if self.drift.changes != saved:
+                saved = self.drift.changes
+                try:
+                    await asyncio.to_thread(self.drift_store.save, self.drift.export())
+                except Exception:  # the next interval tries again; serving goes on
+                    logger.exception("saving drift windows failed")
 
     def sample_history(self) -> None:
         data = self.dashboard_data()
@@ -162,6 +177,11 @@ class Server:
         self.tracing.shutdown()
         self.pipeline.billing.spill()
         self.ledger.close()
+        try:
+            self.drift_store.save(self.drift.export())
+        except Exception:
+            logger.exception("saving drift windows failed")
+        self.drift_store.close()
         self.registry.close()
 
 
@@ -189,6 +209,8 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
     tier_events = HistoryTierEvents(metrics.adapters, history)
     ledger = UsageLedger(Path(options.ledger_path) if options.ledger_path else default_ledger_path(),
                          synchronous=options.ledger_synchronous)
+    drift_store = DriftStore(drift_config.drift_path or ledger.path.with_name(DRIFT_FILE))
+    drift.restore(drift_store.load())
     if "max_running" in tenancy.admission.model_fields_set or max_running is None:
         max_running = tenancy.admission.max_running
     queue = FairAdmission(max_running, tenancy.admission.max_queued,
@@ -224,7 +246,7 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
         engine=engine, registry=registry, tenancy=tenancy, options=options, auth=Authenticator(tenancy),
         metrics=metrics, ledger=ledger, tiers=tiers, disk=disk, meter=meter, tracing=tracing, lifecycle=lifecycle,
         pipeline=pipeline, catalog=ModelCatalog(resolver, virtual), input_limits=input_limits, history=history,
-        graphs=GraphService(virtual, tenancy), drift=drift, pins=pins,
+        graphs=GraphService(virtual, tenancy), drift=drift, drift_store=drift_store, pins=pins,
     )
 
 

@@ -7,7 +7,7 @@ tokens themselves (their frequencies). The reference is a version's first `refer
 window pinned by an operator; the current window is the latest `window_requests` sequences after it. PSI is
 reported once both are full: sum over bins of (cur - ref) * ln(cur / ref), proportions floored at `PSI_FLOOR`.
 Numeric features are binned at the reference's quantiles; categorical ones by value (tokens: the reference's
-`top_tokens` most frequent, the rest as one bin). Held in memory: a restart starts every reference afresh.
+`top_tokens` most frequent, the rest as one bin). `drift_store.py` keeps the windows across restarts.
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ class DriftConfig(BaseModel):
     drift_top_tokens: int = Field(default=20, ge=1, description="Most frequent reference output tokens that get "
                                   "their own bin; the rest share one.")
     drift_max_versions: int = Field(default=100, ge=1, description="Adapter versions watched; later ones are not.")
+    drift_path: str | None = Field(default=None, description="SQLite file keeping the drift windows across "
+                                   "restarts (default: drift.sqlite beside the usage ledger).")
 
 
 DEFAULT_DRIFT = DriftConfig()
@@ -151,6 +153,15 @@ class VersionWindows:
 
 
 @dataclass(frozen=True)
+class WindowState:
+    """A version's windows as saved and restored (`drift_store.py`)."""
+
+    reference: list[DriftSample]
+    current: list[DriftSample]
+    pinned: bool
+
+
+@dataclass(frozen=True)
 class VersionDrift:
     model: str
     version: str
@@ -168,10 +179,25 @@ class DriftMonitor:
         self.config = config
         self._lock = threading.Lock()
         self._versions: dict[tuple[str, str], VersionWindows] = {}
+        self.changes = 0  # recorded samples and pins since start: whoever saves compares it with its last
+
+    def export(self) -> dict[tuple[str, str], WindowState]:
+        with self._lock:
+            return {key: WindowState(list(w.reference), list(w.current), w.pinned) for key, w in self._versions.items()}
+
+    def restore(self, states: dict[tuple[str, str], WindowState]) -> None:
+        """Windows saved by an earlier run; a smaller window setting keeps the latest samples of each."""
+        with self._lock:
+            for key, state in list(states.items())[:self.config.drift_max_versions]:
+                window = self.config.drift_window_requests
+                self._versions[key] = VersionWindows(
+                    reference=state.reference if state.pinned else state.reference[:self.config.drift_reference_requests],
+                    current=deque(state.current[-window:], maxlen=window), pinned=state.pinned)
 
     def record(self, model: str, version: str, sample: DriftSample) -> None:
         key = (model, version)
         with self._lock:
+            self.changes += 1
             windows = self._versions.get(key)
             if windows is None:
                 if len(self._versions) >= self.config.drift_max_versions:
@@ -193,6 +219,7 @@ class DriftMonitor:
             windows.reference = list(windows.current)
             windows.current.clear()
             windows.pinned = True
+            self.changes += 1
             return len(windows.reference)
 
     def report(self) -> list[VersionDrift]:
