@@ -13,8 +13,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.admin.router import admin_router
 from api.errors import OpenAIError, from_http_status, from_validation_error
-from api.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from api.graphs.router import graphs_router
+from api.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from api.openai.router import document_bodies, router
 from api.ops.router import ops_router
 from api.sagemaker.router import sagemaker_router

@@ -64,8 +64,8 @@ def test_virtual_models_are_checked_before_the_engine_starts(demo_assets, tmp_pa
     assert str(caught.value).splitlines() == [
         "invalid virtual models in tenants.yaml:",
         "  - virtual_models.poet: the name clashes with an adapter 'poet'; callers could not tell them apart",
-        "  - virtual_models.poet.ensemble[1]: unknown member 'ghost' (not an adapter, the base model or a virtual "
-        "model)",
+        ("  - virtual_models.poet.ensemble[1]: unknown member 'ghost' (not an adapter, the base model or a virtual "
+         "model)"),
         "  - virtual_models: cycle loop -> loop",
         "  - virtual_models: cycle poet -> poet",  # a member names the virtual model before an adapter
     ]
