@@ -8,9 +8,10 @@ from api.openai.protocol import ChatCompletionResponse, CompletionResponse, Usag
 
 
 class GraphRun(BaseModel):
-    """One stage or member run: an ordinary request with its own usage-ledger row (`request_id`)."""
+    """One stage or member run: an ordinary request with its own usage-ledger row (`request_id`), or a nested
+    virtual model, whose own runs are in `runs` (their ledger rows' ids start with its `request_id`)."""
 
-    model: str = Field(description="The adapter version (or base model) that ran.")
+    model: str = Field(description="The adapter version (or base model) that ran, or the nested virtual model.")
     request_id: str
     text: str
     mean_logprob: float | None = Field(description="Mean logprob of the answer's tokens; null when empty.")
@@ -22,6 +23,9 @@ class GraphRun(BaseModel):
                                "(mean_logprob or output_matches).")
     member: int | None = Field(default=None, description="Ensemble: the member's index.")
     chosen: bool | None = Field(default=None, description="Ensemble: whether this answer was chosen.")
+    answered_by: str | None = Field(default=None, description="Nested virtual model: the adapter version whose "
+                                    "answer it gave.")
+    runs: list[GraphRun] | None = Field(default=None, description="Nested virtual model: its stages or members.")
 
 
 class GraphInfo(BaseModel):
@@ -29,7 +33,8 @@ class GraphInfo(BaseModel):
     kind: str = Field(description="cascade or ensemble")
     answered_by: str = Field(description="The adapter version whose answer is returned.")
     position: int = Field(description="Index of the stage (cascade) or member (ensemble) that answered.")
-    runs: list[GraphRun] = Field(description="Every run, in order; `usage` of the response is their sum.")
+    runs: list[GraphRun] = Field(description="One per stage run (cascade) or member (ensemble), in order; "
+                                 "`usage` of the response is their sum.")
 
 
 class GraphChatResponse(ChatCompletionResponse):

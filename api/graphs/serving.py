@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from api.auth import Caller
@@ -36,13 +36,12 @@ Response = ChatCompletionResponse | CompletionResponse
 
 @dataclass
 class Answer:
-    """The run that answers (`body`, `headers`) and every run made on the way, in order."""
+    """What a run answered (`body`, `headers`: the answering adapter's response) and the record of the run
+    (for a virtual model, with a record of each of its stages or members)."""
 
     body: Response
     headers: dict[str, str]
-    text: str
-    mean_logprob: float | None
-    runs: list[GraphRun] = field(default_factory=list)
+    run: GraphRun
     position: int = 0  # stage or member index of the answer in its own virtual model
 
 
@@ -51,6 +50,11 @@ def text_and_logprobs(body: Response) -> tuple[str, list[float]]:
     if isinstance(body, ChatCompletionResponse):
         return choice.message.content or "", [t.logprob for t in (choice.logprobs.content if choice.logprobs else [])]
     return choice.text, list(choice.logprobs.token_logprobs if choice.logprobs else [])
+
+
+def total_usage(runs: list[GraphRun]) -> Usage:
+    cached = sum(r.usage.prompt_tokens_details.cached_tokens for r in runs if r.usage.prompt_tokens_details)
+    return Usage.of(sum(r.usage.prompt_tokens for r in runs), sum(r.usage.completion_tokens for r in runs), cached)
 
 
 class GraphService:
@@ -73,17 +77,13 @@ class GraphService:
 
     async def create(self, service: GenerationService, model: VirtualModel, req: Any, caller: Caller,
                      request_id: str) -> Reply:
-        asked_logprobs = _asks_logprobs(req)
         internal = req.model_copy(update=_with_logprobs(req))
         answer = await self._run_virtual(service, internal, caller, request_id or uuid.uuid4().hex, req.model, model)
         body = answer.body
-        prompt = sum(r.usage.prompt_tokens for r in answer.runs)
-        completion = sum(r.usage.completion_tokens for r in answer.runs)
-        cached = sum(r.usage.prompt_tokens_details.cached_tokens for r in answer.runs if r.usage.prompt_tokens_details)
         info = GraphInfo(virtual_model=req.model, kind=model.kind, answered_by=body.model, position=answer.position,
-                         runs=answer.runs)
-        update: dict[str, Any] = {"usage": Usage.of(prompt, completion, cached), "loraplex": info}
-        if not asked_logprobs:
+                         runs=answer.run.runs)
+        update: dict[str, Any] = {"usage": answer.run.usage, "loraplex": info}
+        if not _asks_logprobs(req):
             update["choices"] = [c.model_copy(update={"logprobs": None}) for c in body.choices]
         response_cls = GraphChatResponse if isinstance(body, ChatCompletionResponse) else GraphCompletionResponse
         response = response_cls(**{**dict(body), **update})
@@ -98,56 +98,59 @@ class GraphService:
             return await self._run_leaf(service, req, caller, run_id, name)
         return await self._run_virtual(service, req, caller, run_id, name, model)
 
-    async def _run_virtual(self, service: GenerationService, req: Any, caller: Caller, run_id: str, name: str,
-                           model: VirtualModel) -> Answer:
-        if model.cascade is not None:
-            return await self._cascade(service, req, caller, run_id, name, model)
-        return await self._ensemble(service, req, caller, run_id, name, model)
-
     async def _run_leaf(self, service: GenerationService, req: Any, caller: Caller, run_id: str,
                         name: str) -> Answer:
         reply = await service.create(req.model_copy(update={"model": name}), caller, run_id)
         body = reply.body
         text, logprobs = text_and_logprobs(body)
-        mean = mean_logprob(logprobs)
-        run = GraphRun(model=body.model, request_id=run_id, text=text, mean_logprob=mean,
+        run = GraphRun(model=body.model, request_id=run_id, text=text, mean_logprob=mean_logprob(logprobs),
                        finish_reason=body.choices[0].finish_reason, usage=body.usage)
-        return Answer(body, reply.headers, text, mean, [run])
+        return Answer(body, reply.headers, run)
+
+    async def _run_virtual(self, service: GenerationService, req: Any, caller: Caller, run_id: str, name: str,
+                           model: VirtualModel) -> Answer:
+        """A virtual model's runs, then its answer; its record names it, sums its runs' usage and holds them."""
+        if model.cascade is not None:
+            chosen, runs = await self._cascade(service, req, caller, run_id, name, model)
+        else:
+            chosen, runs = await self._ensemble(service, req, caller, run_id, name, model)
+        answer = runs[chosen]
+        run = GraphRun(model=name, request_id=run_id, text=answer.run.text, mean_logprob=answer.run.mean_logprob,
+                       finish_reason=answer.run.finish_reason, usage=total_usage([a.run for a in runs]),
+                       answered_by=answer.body.model, runs=[a.run for a in runs])
+        return Answer(answer.body, answer.headers, run, chosen)
 
     async def _cascade(self, service: GenerationService, req: Any, caller: Caller, run_id: str, name: str,
-                       model: VirtualModel) -> Answer:
-        runs: list[GraphRun] = []
-        stages = model.cascade.stages
-        for i, stage in enumerate(stages):
+                       model: VirtualModel) -> tuple[int, list[Answer]]:
+        """Stages in order until one's answer does not escalate (the last one's never does)."""
+        answers: list[Answer] = []
+        for i, stage in enumerate(model.cascade.stages):
             answer = await self._run(service, req, caller, f"{run_id}.{name}.{i}", stage)
-            last = answer.runs[-1]
-            runs += answer.runs[:-1]
-            decision = escalation(model.cascade.escalate_when, answer.text, answer.mean_logprob)
-            escalate = decision.escalate and i < len(stages) - 1
-            runs.append(last.model_copy(update={"stage": i, "escalated": escalate,
-                                                "reason": decision.reason if escalate else None}))
+            decision = escalation(model.cascade.escalate_when, answer.run.text, answer.run.mean_logprob)
+            escalate = decision.escalate and i < len(model.cascade.stages) - 1
+            answer.run = answer.run.model_copy(update={"stage": i, "escalated": escalate,
+                                                       "reason": decision.reason if escalate else None})
+            answers.append(answer)
             if not escalate:
-                return Answer(answer.body, answer.headers, answer.text, answer.mean_logprob, runs, i)
-        raise AssertionError("unreachable: the last stage always answers")
+                break
+        return len(answers) - 1, answers
 
     async def _ensemble(self, service: GenerationService, req: Any, caller: Caller, run_id: str, name: str,
-                        model: VirtualModel) -> Answer:
+                        model: VirtualModel) -> tuple[int, list[Answer]]:
+        """Every member at once; one answer chosen by the aggregation rule."""
         tasks = [asyncio.ensure_future(self._run(service, req, caller, f"{run_id}.{name}.{i}", member))
                  for i, member in enumerate(model.ensemble.members)]
         try:
-            answers = await asyncio.gather(*tasks)
+            answers = list(await asyncio.gather(*tasks))
         except BaseException:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
-        winner = choose(model.ensemble.aggregate, [Candidate(a.text, a.mean_logprob) for a in answers])
-        runs = []
+        winner = choose(model.ensemble.aggregate, [Candidate(a.run.text, a.run.mean_logprob) for a in answers])
         for i, answer in enumerate(answers):
-            runs += answer.runs[:-1]
-            runs.append(answer.runs[-1].model_copy(update={"member": i, "chosen": i == winner}))
-        chosen = answers[winner]
-        return Answer(chosen.body, chosen.headers, chosen.text, chosen.mean_logprob, runs, winner)
+            answer.run = answer.run.model_copy(update={"member": i, "chosen": i == winner})
+        return winner, answers
 
 
 class _BoundGraph:

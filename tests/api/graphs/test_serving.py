@@ -62,9 +62,16 @@ async def test_ensemble_of_nested_models(graph_client, graph_keys, graph_server)
     assert (info["kind"], info["answered_by"], info["position"]) == ("ensemble", "poet@1", 0)
     assert r.headers["x-loraplex-member"] == "0"
     assert [(run["model"], run["member"], run["chosen"]) for run in info["runs"]] == [
-        ("poet@1", 0, True), ("sql-helper@1", 1, False), ("sql-helper@1", 2, False)]
-    assert len({run["request_id"] for run in info["runs"]}) == 3
-    assert len(graph_server.ledger.query(tenant="all")) == 3
+        ("poet@1", 0, True), ("sql-helper@1", 1, False), ("never-up", 2, False)]
+    nested = info["runs"][2]
+    assert nested["answered_by"] == "sql-helper@1" and nested["text"] == nested["runs"][0]["text"]
+    assert [(run["model"], run["stage"], run["escalated"]) for run in nested["runs"]] == [("sql-helper@1", 0, False)]
+    assert nested["usage"] == nested["runs"][0]["usage"]
+    rows = graph_server.ledger.query(tenant="all")
+    leaf_ids = [info["runs"][0]["request_id"], info["runs"][1]["request_id"], nested["runs"][0]["request_id"]]
+    assert sorted(row["request_id"] for row in rows) == sorted(leaf_ids)
+    assert nested["runs"][0]["request_id"].startswith(nested["request_id"] + ".never-up.")
+    assert r.json()["usage"]["completion_tokens"] == sum(row["completion_tokens"] for row in rows)
 
 
 @pytest.mark.parametrize("extra, param", [({"stream": True}, "stream"), ({"n": 2}, "n")])
