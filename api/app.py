@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.admin.router import admin_router
 from api.errors import OpenAIError, from_http_status, from_validation_error
+from api.graphs.router import graphs_router
 from api.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from api.openai.router import document_bodies, router
 from api.ops.router import ops_router
@@ -76,6 +77,7 @@ def create_app(server: Server) -> FastAPI:
     app.include_router(ops_router)
     app.include_router(routing_router)
     app.include_router(sagemaker_router)
+    app.include_router(graphs_router)
     app.add_exception_handler(OpenAIError, _on_openai_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)

@@ -26,9 +26,13 @@ from api.generation.cache_salt import CacheSalts
 from api.generation.limits import TenantLimits
 from api.generation.request import Pipeline
 from api.generation.resolve import ModelResolver
+from api.graphs.serving import GraphService
+from api.graphs.table import VirtualModelTable
 from api.input_limits import InputLimits
 from api.lifecycle import Lifecycle
 from api.observability.dashboard import dashboard_snapshot
+from api.observability.drift import DEFAULT_DRIFT, DriftCollector, DriftConfig, DriftMonitor
+from api.observability.drift_store import DRIFT_FILE, SAVE_INTERVAL_S, DriftStore
 from api.observability.history import FINE, History
 from api.observability.history_events import HistoryTierEvents
 from api.observability.history_json import slo_points
@@ -113,6 +117,9 @@ class Server:
     input_limits: InputLimits
     history: History
     routing: RoutingService
+    graphs: GraphService
+    drift: DriftMonitor
+    drift_store: DriftStore
     pins: tuple[str, ...] = ()
     chat: ChatService = field(init=False)
     completion: CompletionService = field(init=False)
@@ -136,7 +143,8 @@ class Server:
             result = await self.admin.load(self.registry.resolve(parse_model_ref(name)))
             logger.info("pinned %s (%s)", result.model, result.found_in)
         self._background = [asyncio.create_task(self._sample_history()),
-                            asyncio.create_task(self._retry_billing())]
+                            asyncio.create_task(self._retry_billing()),
+                            asyncio.create_task(self._save_drift())]
         self.lifecycle.ready = True
 
     async def _sample_history(self) -> None:
@@ -152,6 +160,18 @@ class Server:
             if self.pipeline.billing.pending:
                 await asyncio.to_thread(self.pipeline.billing.retry_pending)
 
+    async def _save_drift(self) -> None:
+        """The drift windows to their store while they change (and once more in `close`)."""
+        saved = self.drift.changes
+        while True:
+            await asyncio.sleep(SAVE_INTERVAL_S)
+            if self.drift.changes != saved:
+                saved = self.drift.changes
+                try:
+                    await asyncio.to_thread(self.drift_store.save, self.drift.export())
+                except Exception:  # the next interval tries again; serving goes on
+                    logger.exception("saving drift windows failed")
+
     def sample_history(self) -> None:
         data = self.dashboard_data()
         self.history.sample(_admission_counts(self.pipeline.admission.queue),
@@ -166,7 +186,8 @@ class Server:
         residency = self.tiers.residency() if self.tiers is not None else {}
         if self.disk is not None:
             residency[TIER_DISK] = [e.label for e in self.disk.entries()]
-        return {**dashboard_snapshot(self.metrics, residency, time.time()), "routing": self.routing.panel()}
+        return {**dashboard_snapshot(self.metrics, residency, time.time(), self.drift.snapshot()),
+                "routing": self.routing.panel()}
 
     def close(self) -> None:
         for task in self._background:
@@ -175,6 +196,11 @@ class Server:
         self.pipeline.billing.spill()
         self.pipeline.limits.close()
         self.ledger.close()
+        try:
+            self.drift_store.save(self.drift.export())
+        except Exception:
+            logger.exception("saving drift windows failed")
+        self.drift_store.close()
         self.registry.close()
 
 
@@ -189,15 +215,21 @@ class TierSizes:
 def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfig, options: ServingOptions,
                  tiers_sizes: TierSizes | None, pins: tuple[str, ...] = (), max_running: int | None = None,
                  tracing: Tracing | None = None, input_limits: InputLimits = InputLimits(),
-                 routing: RoutingConfig = RoutingConfig()) -> Server:
+                 routing: RoutingConfig = RoutingConfig(), drift_config: DriftConfig = DEFAULT_DRIFT) -> Server:
     """`tiers_sizes` None: no adapter tiers (the fake engine of HTTP-layer tests). `max_running` is the
     engine's batch size, used unless the tenants file sets its own admission size. `tracing` replaces the
-    one `options.otlp_endpoint` describes (tests pass an in-memory exporter)."""
+    one `options.otlp_endpoint` describes (tests pass an in-memory exporter). Raises GraphError listing every
+    problem of the tenants file's virtual models."""
+    virtual = VirtualModelTable(engine.model_id, registry, tenancy.virtual_models)
     metrics = Metrics(CollectorRegistry(), options.metrics_top_n, tenancy.slo_for)
+    drift = DriftMonitor(drift_config)
+    metrics.registry.register(DriftCollector(drift))
     history = History(metrics.tenant_label, metrics.model_label, time.time)
     tier_events = HistoryTierEvents(metrics.adapters, history)
     ledger = UsageLedger(options.ledger_url or default_ledger_path(),
                          synchronous=options.ledger_synchronous)
+    drift_store = DriftStore(drift_config.drift_path or ledger.path.with_name(DRIFT_FILE))
+    drift.restore(drift_store.load())
     if "max_running" in tenancy.admission.model_fields_set or max_running is None:
         max_running = tenancy.admission.max_running
     queue = FairAdmission(max_running, tenancy.admission.max_queued,
@@ -234,12 +266,14 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
         resolver=resolver, limits=TenantLimits(limits_backend(options, tenancy, ledger)),
         admission=EngineAdmission(tenancy, queue, tracing), loader=AdapterLoader(tiers, tracing), tracing=tracing,
         input_limits=input_limits, billing=billing, cache_salts=CacheSalts(), router=router, shadows=shadows,
+        drift=drift,
     )
     return Server(
         engine=engine, registry=registry, tenancy=tenancy, options=options, auth=Authenticator(tenancy),
         metrics=metrics, ledger=ledger, tiers=tiers, disk=disk, meter=meter, tracing=tracing, lifecycle=lifecycle,
-        pipeline=pipeline, catalog=ModelCatalog(resolver), input_limits=input_limits, history=history,
-        routing=RoutingService(rollouts, router, routing.ab_min_samples), pins=pins,
+        pipeline=pipeline, catalog=ModelCatalog(resolver, virtual), input_limits=input_limits, history=history,
+        routing=RoutingService(rollouts, router, routing.ab_min_samples), graphs=GraphService(virtual, tenancy),
+        drift=drift, drift_store=drift_store, pins=pins,
     )
 
 

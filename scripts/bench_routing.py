@@ -31,7 +31,7 @@ def _publish(state: Path, demo) -> None:
     from adapters.base_model import base_model_spec
     from adapters.registry import Registry, RegistryConfig
 
-    config = RegistryConfig(store_uri=str(state / "blobs"), index_path=str(state / "index.sqlite"))
+    config = RegistryConfig(store_uri=str(state / "blobs"), index_url=str(state / "index.sqlite"))
     registry = Registry.from_config(config, base_model_spec(demo.model_dir), max_lora_rank=64)
     registry.push(demo.adapter_dirs["sql-helper"], "bench")
     registry.push(demo.adapter_dirs["support-bot"], "bench")
@@ -54,7 +54,7 @@ def micro(demo) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="loraplex-bench-route-") as state:
         _publish(Path(state), demo)
-        config = RegistryConfig(store_uri=f"{state}/blobs", index_path=f"{state}/index.sqlite")
+        config = RegistryConfig(store_uri=f"{state}/blobs", index_url=f"{state}/index.sqlite")
         registry = Registry.from_config(config, base_model_spec(demo.model_dir), max_lora_rank=64)
         store = RolloutStore(registry.index)
         router = TrafficRouter(registry, store, RoutingConfig(rollout_refresh_s=3600),

@@ -100,6 +100,14 @@ TENANTS = {
     "tokmin": (["*"], "standard", {"tokens_per_minute": 120}),
 }
 PRICES = {"prompt": 1.0, "completion": 2.0}
+# Virtual models of the session server (api/graphs); tests/e2e/test_virtual_models.py reloads more.
+VIRTUAL_MODELS = {
+    "triage": {"cascade": {"stages": ["sql-helper", "poet"], "escalate_when": {"output_matches": "(?i)sorry"}}},
+    "vote": {"ensemble": {"members": ["sql-helper", "poet", "support-bot"]}},
+    "sql-pair": {"ensemble": {"members": ["sql-helper", "sql-helper@1"], "aggregate": "max_mean_logprob"}},
+}
+# Drift windows small enough for a test to fill (api/observability/drift.py).
+DRIFT_WINDOW = 20
 
 
 @dataclass(frozen=True)
@@ -144,6 +152,7 @@ def tenants_file(demo_home, keys) -> Path:
              "priority": priority, "limits": limits}
             for name, (adapters, priority, limits) in TENANTS.items()
         ],
+        "virtual_models": VIRTUAL_MODELS,
     }
     path = demo_home / "tenants.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -227,6 +236,7 @@ def server_process(demo_home, adapter_dirs, tenants_file):
             # Two slots for four demo adapters and up to 200 published ones: slots are rewritten all the
             # time, and the last slot is occupied, which is what vllm#48421 leaks into.
             "--max-loras", "2", "--max-cpu-loras", "8", "--drain-timeout-s", "60",
+            "--drift-reference-requests", str(DRIFT_WINDOW), "--drift-window-requests", str(DRIFT_WINDOW),
             "--adapter", f"{EXTRA_ADAPTER}={adapter_dirs[EXTRA_ADAPTER]}"]
     process = ServerProcess(argv, env, log_path)
     process.start()

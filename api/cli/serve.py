@@ -18,8 +18,10 @@ from adapters.registry import Registry, RegistryConfig
 from adapters.sql import DB_ERRORS
 from adapters.validation import AdapterValidationError
 from api.cli.flags import add_config_arguments, config_from_args
+from api.graphs.table import GraphError, VirtualModelTable
 from api.input_limits import InputLimits
 from api.lifecycle import DrainingServer, http_config
+from api.observability.drift import DriftConfig
 from api.routing.config import RoutingConfig
 from api.sagemaker.environment import MODEL_DIR, PORT_ENV, ModelArtifacts, bound_port, model_artifacts
 from api.server import ServingOptions, TierSizes, build_server
@@ -66,6 +68,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     add_config_arguments(serve, ServingOptions, skip=set())
     add_config_arguments(serve, InputLimits, skip=set())
     add_config_arguments(serve, RoutingConfig, skip=set())
+    add_config_arguments(serve, DriftConfig, skip=set())
 
 
 def parse_adapter_flag(value: str) -> tuple[str, Path]:
@@ -124,6 +127,14 @@ def _tenancy(path: str | None) -> TenancyConfig:
         raise SystemExit(f"invalid tenants config {path}:\n  - " + "\n  - ".join(e.problems)) from e
 
 
+def check_virtual_models(tenancy: TenancyConfig, registry: Registry, base_model_id: str, path: str | None) -> None:
+    """The tenants file's virtual models against the registry, before the engine starts; every problem at once."""
+    try:
+        VirtualModelTable(base_model_id, registry, tenancy.virtual_models)
+    except GraphError as e:
+        raise SystemExit(f"invalid virtual models in {path}:\n  - " + "\n  - ".join(e.problems)) from e
+
+
 def serve(args: argparse.Namespace) -> None:
     # vLLM loads here, not at import: `loraplex adapters ...` and `keys ...` start without it.
     from api.app import create_app
@@ -149,6 +160,7 @@ def serve(args: argparse.Namespace) -> None:
         options = config_from_args(ServingOptions, args)
         input_limits = config_from_args(InputLimits, args)
         routing = config_from_args(RoutingConfig, args)
+        drift_config = config_from_args(DriftConfig, args)
     except ValidationError as e:
         raise SystemExit(f"invalid configuration:\n{e}") from e
     if not Path(model).is_dir():
@@ -163,6 +175,7 @@ def serve(args: argparse.Namespace) -> None:
     except DB_ERRORS as e:
         raise SystemExit(f"--index-url: cannot open the registry index: {e}") from e
     published = _publish_startup_adapters(registry, flags)
+    check_virtual_models(tenancy, registry, base.model_id, options.config)
     engine = LoraplexEngine(engine_config)
     if engine.model_id != base.model_id:
         raise SystemExit(f"model id mismatch: engine {engine.model_id!r}, registry base {base.model_id!r}")
@@ -174,7 +187,7 @@ def serve(args: argparse.Namespace) -> None:
     try:
         server = build_server(engine, registry, tenancy, options, sizes, tuple(args.pin),
                               max_running=engine_config.max_num_seqs, input_limits=input_limits,
-                              routing=routing)
+                              routing=routing, drift_config=drift_config)
     except LedgerError as e:
         raise SystemExit(f"--ledger-url: {e}") from e
     except LimitsUnavailable as e:

@@ -33,6 +33,7 @@ from api.generation.resolve import ModelResolver, ServedModel, visibility_of
 from api.generation.sse import framed_stream
 from api.input_limits import InputLimits
 from api.lifecycle import Lifecycle
+from api.observability.drift import DriftMonitor, watched
 from api.observability.tracing import Tracing, traced
 from api.routing.shadow import ShadowRunner
 from api.routing.traffic import TrafficRouter
@@ -88,6 +89,7 @@ class Pipeline:
     cache_salts: CacheSalts
     router: TrafficRouter
     shadows: ShadowRunner
+    drift: DriftMonitor | None = None  # None: no drift monitoring
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,9 @@ class GenerationService(ABC, Generic[Req]):
             calls = run_calls(self.engine, adapter, prepared.calls, account, p.cache_salts.salt_of(caller.tenant))
             if route.rollout is not None:
                 calls = p.router.tap(route, calls)
+            if p.drift is not None:
+                calls = watched(calls, p.drift, served.name, served.version,
+                                [(c.choice_offset, len(c.prompt_token_ids)) for c in prepared.calls])
             deltas = traced(calls, p.tracing, "engine.generate", model=served.id, tenant=caller.tenant,
                             request_id=account.request_id)
             if req.stream:

@@ -2,7 +2,9 @@
 
 Shape (every number may be null where there is no traffic):
     {"generated_at": ISO, "generated_at_unix": float, "windows": ["5m", "1h"], "budget_window": "1h",
-     "tenants": [row], "models": [row], "residency": {"engine": [adapter], "cpu": [...], "disk": [...]}}
+     "tenants": [row], "models": [row], "residency": {"engine": [adapter], "cpu": [...], "disk": [...]},
+     "drift": {"threshold", "window", "versions": [{"model", "version", "reference", "current", "pinned",
+                                                    "psi": {feature: x}, "drifted": [feature]}]}}
     row = {"name", "status": "met"|"missed"|"no-data" (over the budget window),
            "requests": {window: n}, "errors": {window: n}, "error_rate": {window: ratio},
            "latency": {window: {"ttft"|"tpot"|"e2e": {"p50", "p95", "p99"}}},
@@ -31,8 +33,10 @@ STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
 DASHBOARD_HTML = STATIC_DIR / "dashboard.html"
 
 
-def dashboard_snapshot(metrics: Metrics, residency: dict[str, list[str]] | None, now: float) -> dict[str, Any]:
-    """`residency` maps tier ("engine", "cpu", "disk") to the adapters resident there; `now` is unix time."""
+def dashboard_snapshot(metrics: Metrics, residency: dict[str, list[str]] | None, now: float,
+                       drift: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`residency` maps tier ("engine", "cpu", "disk") to the adapters resident there; `now` is unix time;
+    `drift` is `DriftMonitor.snapshot()` (None: no drift monitoring)."""
     snap = metrics.snapshot()
     residency = residency or {}
     return {
@@ -43,6 +47,7 @@ def dashboard_snapshot(metrics: Metrics, residency: dict[str, list[str]] | None,
         "tenants": [_row(name, group) for name, group in _ordered(snap.tenants)],
         "models": [_row(name, group) for name, group in _ordered(snap.models)],
         "residency": {tier: sorted(residency.get(tier, [])) for tier in TIERS},
+        "drift": drift if drift is not None else {"threshold": None, "window": None, "versions": []},
     }
 
 

@@ -217,6 +217,9 @@ class ModelCard(BaseModel):
     # loraplex extensions on adapter cards: every published version, and where each alias points.
     versions: list[int] | None = None
     aliases: dict[str, int] | None = None
+    # loraplex extensions on virtual model cards (api/graphs): cascade or ensemble, and the models it runs.
+    kind: str | None = None
+    members: list[str] | None = None
 
 
 class ModelList(BaseModel):

@@ -91,13 +91,16 @@ ParseBody = Callable[[], Awaitable[tuple[BaseModel, GenerationService]]]
 
 
 async def run_generation(request: Request, parse: ParseBody) -> Response:
-    """A generation route: the caller from its key, then `parse` (the body and the service that serves it),
-    then the work, cancelled if the client disconnects. A refusal before the work starts is counted."""
+    """A generation route: the caller from its key, then `parse` (the body and the service that serves it, or
+    the virtual model's graph over that service), then the work, cancelled if the client disconnects. A refusal
+    before the work starts is counted."""
     server = request.app.state.server
     caller = None
     try:
         caller = caller_of(request)
         body, service = await parse()
+        if server.graphs.serves(body.model):  # a virtual model (api/graphs): its runs go through `service`
+            service = server.graphs.bound(service, body, caller)
     except OpenAIError as e:
         server.metrics.observe_rejected(e.status, tenant=caller.tenant if caller else UNKNOWN)
         raise

@@ -1,4 +1,4 @@
-"""Operator routes: liveness, readiness, metrics, the dashboard and usage."""
+"""Operator routes: liveness, readiness, metrics, the dashboard, drift reference windows and usage."""
 
 from __future__ import annotations
 
@@ -86,3 +86,19 @@ async def usage(request: Request) -> Response:
     records = server.ledger.query(**filters, limit=usage_limit(request.query_params.get("limit", "100")))
     summary = server.ledger.summary(**filters)
     return JSONResponse({"object": "usage", "filters": filters, "summary": summary, "data": records})
+
+
+@ops_router.post("/v1/drift/{model}/pin")
+async def pin_drift_reference(model: str, request: Request) -> JSONResponse:
+    """Admin key: the current window of `model` (NAME@VERSION, or the base model id) becomes its drift
+    reference; later sequences fill a new current window. 404 while the version has no current window."""
+    server = request.app.state.server
+    server.auth.admin(request.headers.get("authorization"))
+    name, at, version = model.rpartition("@")
+    name, version = (name, version) if at else (model, "")
+    try:
+        size = server.drift.pin(name, version)
+    except KeyError as e:
+        raise OpenAIError(404, f"No drift window of {model!r} to pin yet: it has not served past its reference "
+                          "window.", param="model", code="not_found") from e
+    return JSONResponse({"model": name, "version": version, "reference": size, "pinned": True})

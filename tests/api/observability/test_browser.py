@@ -14,6 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from api.observability.dashboard import DASHBOARD_HTML, dashboard_snapshot
+from api.observability.drift import DriftConfig, DriftMonitor, DriftSample
 from api.observability.history import History
 from api.observability.history_buckets import SloPoint
 from api.observability.history_json import history_json
@@ -35,7 +36,12 @@ def fixed_data(outcome) -> bytes:
     metrics.observe(outcome(tenant="acme", ttft_seconds=0.25))
     metrics.observe(outcome(tenant="acme", ttft_seconds=2.0, e2e_seconds=2.5))  # misses the 0.5 s TTFT objective
     metrics.observe(outcome(tenant="beta", model="support", version="3", ttft_seconds=0.125))
-    data = dashboard_snapshot(metrics, {"engine": ["support@3"], "cpu": ["support@3", "sql@1"]}, now=0.0)
+    drift = DriftMonitor(DriftConfig(drift_reference_requests=4, drift_window_requests=4))
+    for prompt in (5, 5, 5, 5, 50, 50, 50, 50):  # prompts ten times longer after the reference window
+        drift.record("support", "3", DriftSample(prompt, 4, None, "length", (1, 2, 3, 4)))
+    drift.record("sql", "1", DriftSample(5, 4, None, "length", (1, 2, 3, 4)))
+    data = dashboard_snapshot(metrics, {"engine": ["support@3"], "cpu": ["support@3", "sql@1"]}, now=0.0,
+                              drift=drift.snapshot())
     data["routing"] = {  # the shape of api/routing/serving.py RoutingService.panel
         "rollouts": [{"id": 3, "name": "sql", "policy": "canary", "state": "rolled_back", "percent": 10.0,
                       "reason": "error rate 50% over the last 20 candidate requests is above 20%",
@@ -223,6 +229,13 @@ def test_dashboard_renders_rows_in_chromium(server, tmp_path):
     assert dom.cell({"data-model": "support@3"}, "completion-tokens")[1] == "5"
     assert dom.cell({"data-model": "support@3", "data-objective": "availability"}, "status")[1] == "met"
     assert dom.adapters == {"engine": ["support@3"], "cpu": ["sql@1", "support@3"], "disk": []}
+    drifted = {"data-drift": "support@3"}
+    assert dom.cell(drifted, "psi-prompt_tokens")[0] == {"psi-prompt_tokens", "drifted", "missed"}
+    assert float(dom.cell(drifted, "psi-prompt_tokens")[1]) > 0.2
+    assert dom.cell(drifted, "psi-output_tokens") == ({"psi-output_tokens"}, "0.000")
+    assert dom.cell(drifted, "status")[1] == "drift"
+    assert dom.cell({"data-drift": "sql@1"}, "status")[1] == "filling"
+    assert dom.ids["drift-threshold"] == "0.2"
     assert dom.ids["last-updated"] != "never"
     assert not dom.ids.get("error")
     candidate = {"data-rollout": "3", "data-arm": "candidate"}
