@@ -184,7 +184,8 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
     queue = FairAdmission(max_running, tenancy.admission.max_queued,
                           reserve_window_s=tenancy.admission.reserve_window_s,
                           max_queued_per_tenant=tenancy.admission.max_queued_per_tenant,
-                          max_queue_wait_s=tenancy.admission.max_queue_wait_s)
+                          max_queue_wait_s=tenancy.admission.max_queue_wait_s,
+                          max_background_with_live=tenancy.admission.max_batch_running_with_live)
     tiers = disk = None
     if tiers_sizes is not None:
         disk = AdapterDiskCache(tiers_sizes.disk_dir, tiers_sizes.disk_bytes, registry.store,
@@ -203,12 +204,13 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
     sink = OutcomeSink([lambda outcome, finish: metrics.observe(outcome),
                         lambda outcome, finish: history.record(outcome), billing.record, log_request])
     resolver = ModelResolver(engine.model_id, registry)
+    prices = PriceTable(tenancy)
     pipeline = Pipeline(
         engine=engine, tenancy=tenancy, lifecycle=lifecycle,
-        accounts=Accounts(sink, tenancy, PriceTable(tenancy), meter, metrics.in_flight, lifecycle),
+        accounts=Accounts(sink, tenancy, prices, meter, metrics.in_flight, lifecycle),
         resolver=resolver, limits=TenantLimits(_limiters(tenancy, ledger)),
         admission=EngineAdmission(tenancy, queue, tracing), loader=AdapterLoader(tiers, tracing), tracing=tracing,
-        input_limits=input_limits, billing=billing, cache_salts=CacheSalts(),
+        input_limits=input_limits, billing=billing, cache_salts=CacheSalts(), prices=prices,
     )
     return Server(
         engine=engine, registry=registry, tenancy=tenancy, options=options, auth=Authenticator(tenancy),

@@ -35,6 +35,7 @@ from api.input_limits import InputLimits
 from api.lifecycle import Lifecycle
 from api.observability.tracing import Tracing, traced
 from api.tenancy.billing import LedgerWriter
+from api.tenancy.pricing import PriceTable
 from api.tenancy.config import TenancyConfig
 from engine.types import ChoiceDelta, EngineClient
 
@@ -67,6 +68,19 @@ class Reply:
     stream_account: RequestAccount | None = None
 
 
+BATCH_PRIORITY = "batch"
+
+
+@dataclass(frozen=True)
+class BatchLane:
+    """How a batch line runs through the same pipeline as a live request: at background priority (`preempt`
+    stops it when live traffic needs its slots), billed at the tenant's batch discount, at most once under
+    `billing_key` however often it is retried or resumed."""
+
+    billing_key: str
+    preempt: Callable[[], None]
+
+
 @dataclass(frozen=True)
 class Pipeline:
     """The server parts a generation request passes through, in order."""
@@ -83,6 +97,7 @@ class Pipeline:
     input_limits: InputLimits
     billing: LedgerWriter
     cache_salts: CacheSalts
+    prices: PriceTable
 
 
 @dataclass(frozen=True)
@@ -139,8 +154,9 @@ class GenerationService(ABC, Generic[Req]):
                       deltas: AsyncIterator[ChoiceDelta], account: RequestAccount) -> BaseModel:
         """The whole response object."""
 
-    async def create(self, req: Req, caller: Caller, request_id: str) -> Reply:
-        """Resolves, admits and runs the request. The account closes exactly once on every path."""
+    async def create(self, req: Req, caller: Caller, request_id: str, lane: BatchLane | None = None) -> Reply:
+        """Resolves, admits and runs the request (a batch line when `lane` is given). The account closes exactly
+        once on every path."""
         p = self.pipeline
         if p.lifecycle.draining:
             raise OpenAIError(503, "The server is shutting down.", code="draining")
@@ -150,13 +166,18 @@ class GenerationService(ABC, Generic[Req]):
                               headers={"Retry-After": str(BILLING_RETRY_AFTER_S)})
         response_id = f"{self.response_prefix}-{uuid.uuid4().hex}"
         account = p.accounts.open(request_id or response_id, caller)
+        if lane is not None:
+            self._as_batch_line(account, lane)
         async with closes_on_failure(account):
             served = p.resolver.resolve(req.model, visibility_of(p.tenancy, caller))
             account.model, account.version = served.name, served.version
             tenant_cap = p.tenancy.tenant(caller.tenant).limits.max_tokens
             prepared = Prepared(await self.prepare(req, response_id, tenant_cap))
             p.limits.admit(caller, prepared.reserve_tokens, prepared.sequences, req.output_limit().param, account)
-            await p.admission.enter(caller, prepared.sequences, account)
+            if lane is None:
+                await p.admission.enter(caller, prepared.sequences, account)
+            else:
+                await p.admission.enter_background(caller, prepared.sequences, account, lane.preempt)
             adapter = await p.loader.enter(served, account)
             headers = {SERVED_MODEL_HEADER: served.id, **p.limits.headers(caller)}
             created = int(time.time())
@@ -174,3 +195,10 @@ class GenerationService(ABC, Generic[Req]):
                 raise
         await account.close(200)
         return Reply(response, headers)
+
+    def _as_batch_line(self, account: RequestAccount, lane: BatchLane) -> None:
+        full_price = account.price_of
+        discount = self.pipeline.prices.batch_discount(account.tenant)
+        account.priority = BATCH_PRIORITY
+        account.billing_key = lane.billing_key
+        account.price_of = lambda p, c: full_price(p, c) * (1.0 - discount)

@@ -27,6 +27,9 @@ class RequestOutcome:
     price_usd: float  # what the tenant is charged
     cost_usd: float  # measured compute cost attributed to this request
     finished_at: float  # unix time
+    # `request_id` is a stable key of the work (a batch line's): a second row under it repeats work already
+    # billed (a line resumed after a crash) and is dropped, where a live request's reused id gets a new row.
+    idempotent: bool = False
 
     @property
     def model_version(self) -> str:

@@ -62,6 +62,9 @@ class PricingConfig(_Strict):
         "(tenant) or means free (server).")
     models: dict[str, TokenPrices] = Field(
         default_factory=dict, description="Prices by base model id or adapter name.")
+    batch_discount: float | None = Field(
+        default=None, ge=0, le=1, description="Fraction taken off the price of batch lines (0.5: half price); "
+        "unset falls through (tenant) or means 0.5 (server), OpenAI's batch discount.")
 
 
 class AdmissionConfig(_Strict):
@@ -84,6 +87,11 @@ class AdmissionConfig(_Strict):
         description="A tenant with requests in flight keeps free slots up to the smaller of its fair share and "
                     "its peak concurrency over this many seconds; others borrow only the rest. 0: no claims "
                     "(fully work-conserving fair queueing).")
+    max_batch_running_with_live: int = Field(
+        default=0, ge=0,
+        description="Slots batch lines may keep while live requests run; the rest are preempted when a live "
+                    "request arrives. 0: batch lines run only on an engine with no live request (on a CPU, where "
+                    "any batch work slows live steps); raise it on an accelerator with headroom.")
 
 
 class PriorityClass(_Strict):
@@ -103,6 +111,9 @@ class TenantLimits(_Strict):
     tokens_per_day: int | None = Field(default=None, gt=0, description="Tokens per UTC calendar day.")
     tokens_per_month: int | None = Field(default=None, gt=0, description="Tokens per UTC calendar month.")
     max_tokens: int | None = Field(default=None, gt=0, description="Cap on `max_tokens` of one request.")
+    max_batch_queued_tokens: int | None = Field(
+        default=None, gt=0, description="Tokens (prompt plus output budget) of unfinished batch lines at once; "
+        "a batch that would pass it fails validation with `token_limit_exceeded`.")
 
 
 class TenantConfig(_Strict):
