@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.admin.router import admin_router
+from api.batch.router import FILES_PATH, batch_router
 from api.errors import OpenAIError, from_http_status, from_validation_error
 from api.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from api.openai.router import document_bodies, router
@@ -44,6 +45,7 @@ async def _on_unexpected(request: Request, e: Exception) -> JSONResponse:
 
 
 _SETTLE_S = 5.0
+MULTIPART_OVERHEAD_BYTES = 64 * 1024  # the form's other fields and boundaries around an uploaded file
 
 
 def create_app(server: Server) -> FastAPI:
@@ -57,6 +59,7 @@ def create_app(server: Server) -> FastAPI:
             yield
         finally:
             server.lifecycle.ready = False
+            server.stop_background()
             # Requests uvicorn cancelled at shutdown close their accounts (ledger records) on their next step.
             await server.lifecycle.wait_idle(_SETTLE_S)
             server.engine.shutdown()
@@ -74,12 +77,14 @@ def create_app(server: Server) -> FastAPI:
     app.include_router(admin_router)
     app.include_router(ops_router)
     app.include_router(sagemaker_router)
+    app.include_router(batch_router)
     app.add_exception_handler(OpenAIError, _on_openai_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(Exception, _on_unexpected)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=server.input_limits.max_body_bytes,
-                       upload_path=admin_router.prefix, max_upload_bytes=server.options.max_upload_bytes)
+                       uploads={admin_router.prefix: server.options.max_upload_bytes,
+                                FILES_PATH: server.batch_config.files_max_bytes + MULTIPART_OVERHEAD_BYTES})
     app.add_middleware(RequestIdMiddleware)
     app.openapi = openapi
     return app

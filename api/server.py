@@ -15,8 +15,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from adapters.disk_cache import AdapterDiskCache
 from adapters.identity import parse_model_ref
 from adapters.registry import Registry
+from adapters.store import open_store
 from adapters.tiers import TIER_DISK, AdapterTiers
 from api.admin.serving import AdminService
+from api.batch.config import BatchConfig
+from api.batch.files import FileBlobs
+from api.batch.lines import Endpoint
+from api.batch.runner import BatchRunner
+from api.batch.serving import BatchService
+from api.batch.store import BatchStore
 from api.auth import Authenticator
 from api.generation.accounting import Accounts, OutcomeSink
 from api.generation.adapter_loading import AdapterLoader
@@ -37,6 +44,7 @@ from api.observability.tracing import Tracing
 from api.openai.chat import ChatService
 from api.openai.completion import CompletionService
 from api.openai.models import ModelCatalog
+from api.openai.protocol import ChatCompletionRequest, CompletionRequest
 from api.sagemaker.serving import InvocationService
 from api.tenancy.admission import FairAdmission
 from api.tenancy.billing import LedgerWriter
@@ -97,15 +105,25 @@ class Server:
     input_limits: InputLimits
     history: History
     pins: tuple[str, ...] = ()
+    batch_config: BatchConfig = field(default_factory=BatchConfig)
     chat: ChatService = field(init=False)
     completion: CompletionService = field(init=False)
     admin: AdminService = field(init=False)
     sagemaker: InvocationService = field(init=False)
+    batches: BatchService = field(init=False)
 
     def __post_init__(self) -> None:
         self._background: list[asyncio.Task[None]] = []
         self.chat = ChatService(self.pipeline)
         self.completion = CompletionService(self.pipeline)
+        endpoints = {"/v1/chat/completions": Endpoint(ChatCompletionRequest, self.chat),
+                     "/v1/completions": Endpoint(CompletionRequest, self.completion)}
+        store = BatchStore(self.batch_config.store_path())
+        blobs = FileBlobs(open_store(self.batch_config.files_uri()))
+        self.batch_runner = BatchRunner(store, blobs, endpoints, self.tenancy, self.batch_config,
+                                        lambda: self.lifecycle.draining)
+        self.lifecycle.on_drain.append(self.batch_runner.stop_all)
+        self.batches = BatchService(store, blobs, self.batch_runner, self.batch_config)
         self.admin = AdminService(self.registry, self.tiers, self.options.max_upload_bytes,
                                   self.options.prewarm_on_promote)
         self.sagemaker = InvocationService(self.chat, self.completion, self.engine.model_id)
@@ -119,7 +137,8 @@ class Server:
             result = await self.admin.load(self.registry.resolve(parse_model_ref(name)))
             logger.info("pinned %s (%s)", result.model, result.found_in)
         self._background = [asyncio.create_task(self._sample_history()),
-                            asyncio.create_task(self._retry_billing())]
+                            asyncio.create_task(self._retry_billing()),
+                            asyncio.create_task(self.batch_runner.run())]
         self.lifecycle.ready = True
 
     async def _sample_history(self) -> None:
@@ -151,9 +170,15 @@ class Server:
             residency[TIER_DISK] = [e.label for e in self.disk.entries()]
         return dashboard_snapshot(self.metrics, residency, time.time())
 
-    def close(self) -> None:
+    def stop_background(self) -> None:
+        """Before shutdown: batch lines stop (they stay pending in the store, for the next start)."""
+        self.batch_runner.stop_all()
         for task in self._background:
             task.cancel()
+
+    def close(self) -> None:
+        self.stop_background()
+        self.batches.store.close()
         self.tracing.shutdown()
         self.pipeline.billing.spill()
         self.ledger.close()
@@ -170,7 +195,8 @@ class TierSizes:
 
 def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfig, options: ServingOptions,
                  tiers_sizes: TierSizes | None, pins: tuple[str, ...] = (), max_running: int | None = None,
-                 tracing: Tracing | None = None, input_limits: InputLimits = InputLimits()) -> Server:
+                 tracing: Tracing | None = None, input_limits: InputLimits = InputLimits(),
+                 batch_config: BatchConfig = BatchConfig()) -> Server:
     """`tiers_sizes` None: no adapter tiers (the fake engine of HTTP-layer tests). `max_running` is the
     engine's batch size, used unless the tenants file sets its own admission size. `tracing` replaces the
     one `options.otlp_endpoint` describes (tests pass an in-memory exporter)."""
@@ -216,6 +242,7 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
         engine=engine, registry=registry, tenancy=tenancy, options=options, auth=Authenticator(tenancy),
         metrics=metrics, ledger=ledger, tiers=tiers, disk=disk, meter=meter, tracing=tracing, lifecycle=lifecycle,
         pipeline=pipeline, catalog=ModelCatalog(resolver), input_limits=input_limits, history=history, pins=pins,
+        batch_config=batch_config,
     )
 
 

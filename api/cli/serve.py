@@ -16,6 +16,7 @@ from adapters.demo.smollm2 import GgufNotFoundError
 from adapters.home import demo_home
 from adapters.registry import Registry, RegistryConfig
 from adapters.validation import AdapterValidationError
+from api.batch.config import BatchConfig
 from api.cli.flags import add_config_arguments, config_from_args
 from api.input_limits import InputLimits
 from api.lifecycle import DrainingServer, http_config
@@ -61,6 +62,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     add_config_arguments(serve, RegistryConfig, skip=set())
     add_config_arguments(serve, ServingOptions, skip=set())
     add_config_arguments(serve, InputLimits, skip=set())
+    add_config_arguments(serve, BatchConfig, skip=set())
 
 
 def parse_adapter_flag(value: str) -> tuple[str, Path]:
@@ -143,6 +145,7 @@ def serve(args: argparse.Namespace) -> None:
         registry_config = config_from_args(RegistryConfig, args)
         options = config_from_args(ServingOptions, args)
         input_limits = config_from_args(InputLimits, args)
+        batch_config = config_from_args(BatchConfig, args)
     except ValidationError as e:
         raise SystemExit(f"invalid configuration:\n{e}") from e
     if not Path(model).is_dir():
@@ -163,7 +166,8 @@ def serve(args: argparse.Namespace) -> None:
     sizes = TierSizes(engine_config.max_loras, engine_config.max_cpu_loras,
                       registry_config.resolved_disk_cache_dir(), registry_config.disk_cache_bytes)
     server = build_server(engine, registry, tenancy, options, sizes, tuple(args.pin),
-                          max_running=engine_config.max_num_seqs, input_limits=input_limits)
+                          max_running=engine_config.max_num_seqs, input_limits=input_limits,
+                          batch_config=batch_config)
     print(f"[loraplex] serving {engine.model_id}; registry {registry_config.resolved_store_uri()}; "
           f"published at start: {', '.join(published) or '(none)'}", file=sys.stderr, flush=True)
     config = http_config(create_app(server), input_limits, server_config.host, server_config.port,

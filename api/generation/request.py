@@ -154,6 +154,14 @@ class GenerationService(ABC, Generic[Req]):
                       deltas: AsyncIterator[ChoiceDelta], account: RequestAccount) -> BaseModel:
         """The whole response object."""
 
+    async def check(self, req: Req, caller: Caller) -> int:
+        """What `create` checks before admission, running nothing: `model` resolves for this caller and the
+        engine calls can be prepared (prompt, output budget). Returns the tokens admission would reserve."""
+        p = self.pipeline
+        p.resolver.resolve(req.model, visibility_of(p.tenancy, caller))
+        tenant_cap = p.tenancy.tenant(caller.tenant).limits.max_tokens
+        return Prepared(await self.prepare(req, f"{self.response_prefix}-check", tenant_cap)).reserve_tokens
+
     async def create(self, req: Req, caller: Caller, request_id: str, lane: BatchLane | None = None) -> Reply:
         """Resolves, admits and runs the request (a batch line when `lane` is given). The account closes exactly
         once on every path."""
