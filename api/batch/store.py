@@ -145,24 +145,20 @@ class BatchStore:
         return self._one("SELECT * FROM batches WHERE id = ? AND tenant = ?", (batch_id, tenant))
 
     def batches(self, tenant: str | None, after: str | None, limit: int) -> list[dict]:
-        """Newest first; `after` is the id of the last batch of the previous page."""
+        """Newest first (insertion order); `after` is the id of the last batch of the previous page."""
         where, params = [], []
         if tenant is not None:
             where.append("tenant = ?")
             params.append(tenant)
         if after is not None:
-            anchor = self.batch(after, tenant)
-            if anchor is None:
-                return []
-            where.append("(created_at < ? OR (created_at = ? AND id < ?))")
-            params += [anchor["created_at"], anchor["created_at"], after]
+            where.append("rowid < (SELECT rowid FROM batches WHERE id = ?)")
+            params.append(after)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
-        return self._all(f"SELECT * FROM batches{clause} ORDER BY created_at DESC, id DESC LIMIT ?",
-                         (*params, limit))
+        return self._all(f"SELECT * FROM batches{clause} ORDER BY rowid DESC LIMIT ?", (*params, limit))
 
     def unfinished(self) -> list[dict]:
         marks = ", ".join("?" * len(UNFINISHED))
-        return self._all(f"SELECT * FROM batches WHERE status IN ({marks}) ORDER BY created_at, id", UNFINISHED)
+        return self._all(f"SELECT * FROM batches WHERE status IN ({marks}) ORDER BY rowid", UNFINISHED)
 
     def set_status(self, batch_id: str, status: str, when_column: str | None = None, *, only_from: tuple = (),
                    **fields: Any) -> bool:
@@ -204,7 +200,7 @@ class BatchStore:
         rows = self._all(
             "SELECT l.batch_id, l.line, l.custom_id, l.body, b.tenant, b.endpoint FROM lines l "
             "JOIN batches b ON b.id = l.batch_id WHERE l.state = 'pending' AND b.status = 'in_progress' "
-            "ORDER BY b.created_at, b.id, l.line LIMIT ?", (limit + len(skip),))
+            "ORDER BY b.rowid, l.line LIMIT ?", (limit + len(skip),))
         out = [LineRow(r["batch_id"], r["line"], r["custom_id"], json.loads(r["body"]), r["tenant"], r["endpoint"])
                for r in rows if (r["batch_id"], r["line"]) not in skip]
         return out[:limit]

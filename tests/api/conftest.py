@@ -96,7 +96,8 @@ def make_fake_server(fake_engine, demo_assets, tmp_path):
         options = ServingOptions(ledger_path=str(tmp_path / "usage.sqlite"))
         kwargs.setdefault("batch_config", BatchConfig(batch_store_path=str(tmp_path / "batches.sqlite"),
                                                       files_store_uri=str(tmp_path / "files")))
-        return build_server(fake_engine, registry, TenancyConfig.open_default(), options, None, **kwargs)
+        tenancy = kwargs.pop("tenancy", TenancyConfig.open_default())
+        return build_server(fake_engine, registry, tenancy, options, None, **kwargs)
 
     return make
 
