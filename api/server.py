@@ -123,6 +123,7 @@ class Server:
         self.batch_runner = BatchRunner(store, blobs, endpoints, self.tenancy, self.batch_config,
                                         lambda: self.lifecycle.draining)
         self.lifecycle.on_drain.append(self.batch_runner.stop_all)
+        self.metrics.set_batch_source(self.batch_runner.gauges)
         self.batches = BatchService(store, blobs, self.batch_runner, self.batch_config)
         self.admin = AdminService(self.registry, self.tiers, self.options.max_upload_bytes,
                                   self.options.prewarm_on_promote)

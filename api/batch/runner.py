@@ -25,6 +25,7 @@ from api.batch.store import BatchStore, LineResult, LineRow
 from api.batch.validation import parse_lines
 from api.errors import OpenAIError
 from api.generation.request import BatchLane
+from api.observability.request_metrics import BatchGauges
 from api.tenancy.config import TenancyConfig
 
 logger = logging.getLogger(__name__)
@@ -67,6 +68,13 @@ class BatchRunner:
         self._validating: dict[str, asyncio.Task] = {}
         self.preemptions = 0
         self.lines_finished = 0
+
+    def gauges(self) -> BatchGauges:
+        lines: dict[str, int] = {}
+        for counts in self.store.all_counts().values():
+            for state, n in counts.items():
+                lines[state] = lines.get(state, 0) + n
+        return BatchGauges(self.store.status_counts(), lines, len(self._running), self.preemptions)
 
     def wake(self) -> None:
         self._wake.set()

@@ -238,6 +238,9 @@ class BatchStore:
             out.setdefault(r["batch_id"], {s: 0 for s in LINE_STATES})[r["state"]] = r["n"]
         return out
 
+    def status_counts(self) -> dict[str, int]:
+        return {r["status"]: r["n"] for r in self._all("SELECT status, COUNT(*) AS n FROM batches GROUP BY status", ())}
+
     def finished_lines(self, batch_id: str) -> list[dict]:
         return self._all("SELECT line, custom_id, state, status, request_id, response FROM lines WHERE batch_id = ? "
                          "AND state != 'pending' ORDER BY line", (batch_id,))
