@@ -24,6 +24,8 @@ from api.batch.lines import Endpoint
 from api.batch.runner import BatchRunner
 from api.batch.serving import BatchService
 from api.batch.store import BatchStore
+from api.jobs.runner import JobRunner
+from api.jobs.serving import JobService
 from api.auth import Authenticator
 from api.generation.accounting import Accounts, OutcomeSink
 from api.generation.adapter_loading import AdapterLoader
@@ -111,6 +113,7 @@ class Server:
     admin: AdminService = field(init=False)
     sagemaker: InvocationService = field(init=False)
     batches: BatchService = field(init=False)
+    jobs: JobService = field(init=False)
 
     def __post_init__(self) -> None:
         self._background: list[asyncio.Task[None]] = []
@@ -125,6 +128,9 @@ class Server:
         self.lifecycle.on_drain.append(self.batch_runner.stop_all)
         self.metrics.set_batch_source(self.batch_runner.gauges)
         self.batches = BatchService(store, blobs, self.batch_runner, self.batch_config)
+        self.job_runner = JobRunner(store, endpoints, self.batch_config)
+        self.lifecycle.on_drain.append(self.job_runner.stop_all)
+        self.jobs = JobService(store, self.job_runner, endpoints, self.batch_config)
         self.admin = AdminService(self.registry, self.tiers, self.options.max_upload_bytes,
                                   self.options.prewarm_on_promote)
         self.sagemaker = InvocationService(self.chat, self.completion, self.engine.model_id)
@@ -139,7 +145,8 @@ class Server:
             logger.info("pinned %s (%s)", result.model, result.found_in)
         self._background = [asyncio.create_task(self._sample_history()),
                             asyncio.create_task(self._retry_billing()),
-                            asyncio.create_task(self.batch_runner.run())]
+                            asyncio.create_task(self.batch_runner.run()),
+                            asyncio.create_task(self.job_runner.run())]
         self.lifecycle.ready = True
 
     async def _sample_history(self) -> None:
@@ -174,6 +181,7 @@ class Server:
     def stop_background(self) -> None:
         """Before shutdown: batch lines stop (they stay pending in the store, for the next start)."""
         self.batch_runner.stop_all()
+        self.job_runner.stop_all()
         for task in self._background:
             task.cancel()
 

@@ -42,6 +42,11 @@ CREATE TABLE IF NOT EXISTS lines (
     PRIMARY KEY (batch_id, line)
 );
 CREATE INDEX IF NOT EXISTS lines_pending ON lines (state, batch_id, line);
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, endpoint TEXT NOT NULL, body TEXT NOT NULL, webhook_url TEXT,
+    status TEXT NOT NULL, created_at INTEGER NOT NULL, completed_at INTEGER, expires_at REAL,
+    status_code INTEGER, result TEXT
+);
 """
 
 
@@ -244,6 +249,40 @@ class BatchStore:
     def finished_lines(self, batch_id: str) -> list[dict]:
         return self._all("SELECT line, custom_id, state, status, request_id, response FROM lines WHERE batch_id = ? "
                          "AND state != 'pending' ORDER BY line", (batch_id,))
+
+    # ------------------------------------------------------------------ async jobs
+
+    def add_job(self, job_id: str, tenant: str, endpoint: str, body: dict, webhook_url: str | None) -> None:
+        with self._tx() as conn:
+            conn.execute("INSERT INTO jobs (id, tenant, endpoint, body, webhook_url, status, created_at) "
+                         "VALUES (?,?,?,?,?,'queued',?)",
+                         (job_id, tenant, endpoint, json.dumps(body), webhook_url, int(time.time())))
+
+    def job(self, job_id: str, tenant: str | None = None) -> dict | None:
+        if tenant is None:
+            return self._one("SELECT * FROM jobs WHERE id = ?", (job_id,))
+        return self._one("SELECT * FROM jobs WHERE id = ? AND tenant = ?", (job_id, tenant))
+
+    def unfinished_jobs(self) -> list[dict]:
+        return self._all("SELECT * FROM jobs WHERE status IN ('queued', 'in_progress') ORDER BY rowid", ())
+
+    def set_job_status(self, job_id: str, status: str) -> None:
+        with self._tx() as conn:
+            conn.execute("UPDATE jobs SET status = ? WHERE id = ?", (status, job_id))
+
+    def finish_job(self, job_id: str, result: LineResult, keep_s: float) -> bool:
+        now = time.time()
+        status = "completed" if result.state == "done" else "failed"
+        with self._tx() as conn:
+            return conn.execute(
+                "UPDATE jobs SET status = ?, status_code = ?, result = ?, completed_at = ?, expires_at = ? "
+                "WHERE id = ? AND status IN ('queued', 'in_progress')",
+                (status, result.status, json.dumps(result.body), int(now), now + keep_s, job_id)).rowcount == 1
+
+    def purge_jobs(self, now: float) -> int:
+        """Drops finished jobs whose results are past their keeping time."""
+        with self._tx() as conn:
+            return conn.execute("DELETE FROM jobs WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,)).rowcount
 
     # ------------------------------------------------------------------ reads
 

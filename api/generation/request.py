@@ -73,12 +73,13 @@ BATCH_PRIORITY = "batch"
 
 @dataclass(frozen=True)
 class BatchLane:
-    """How a batch line runs through the same pipeline as a live request: at background priority (`preempt`
-    stops it when live traffic needs its slots), billed at the tenant's batch discount, at most once under
-    `billing_key` however often it is retried or resumed."""
+    """Queued work through the same pipeline as a live request, billed at most once under `billing_key` however
+    often it is retried or resumed. A batch line (`preempt` given) runs at background priority (`preempt` stops
+    it when live traffic needs its slots) and is billed at the tenant's batch discount; an async job
+    (`preempt` None) is admitted and priced like a live request."""
 
     billing_key: str
-    preempt: Callable[[], None]
+    preempt: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ class GenerationService(ABC, Generic[Req]):
             tenant_cap = p.tenancy.tenant(caller.tenant).limits.max_tokens
             prepared = Prepared(await self.prepare(req, response_id, tenant_cap))
             p.limits.admit(caller, prepared.reserve_tokens, prepared.sequences, req.output_limit().param, account)
-            if lane is None:
+            if lane is None or lane.preempt is None:
                 await p.admission.enter(caller, prepared.sequences, account)
             else:
                 await p.admission.enter_background(caller, prepared.sequences, account, lane.preempt)
@@ -205,8 +206,10 @@ class GenerationService(ABC, Generic[Req]):
         return Reply(response, headers)
 
     def _as_batch_line(self, account: RequestAccount, lane: BatchLane) -> None:
+        account.billing_key = lane.billing_key
+        if lane.preempt is None:
+            return
         full_price = account.price_of
         discount = self.pipeline.prices.batch_discount(account.tenant)
         account.priority = BATCH_PRIORITY
-        account.billing_key = lane.billing_key
         account.price_of = lambda p, c: full_price(p, c) * (1.0 - discount)
