@@ -176,7 +176,9 @@ class Server:
         residency = self.tiers.residency() if self.tiers is not None else {}
         if self.disk is not None:
             residency[TIER_DISK] = [e.label for e in self.disk.entries()]
-        return dashboard_snapshot(self.metrics, residency, time.time())
+        data = dashboard_snapshot(self.metrics, residency, time.time())
+        data["batches"] = self.batches.dashboard_rows()
+        return data
 
     def stop_background(self) -> None:
         """Before shutdown: batch lines stop (they stay pending in the store, for the next start)."""

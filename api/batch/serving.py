@@ -144,6 +144,17 @@ class BatchService:
         return BatchList(data=page, first_id=page[0].id if page else None, last_id=page[-1].id if page else None,
                          has_more=len(rows) > limit)
 
+    def dashboard_rows(self, limit: int = 20) -> list[dict]:
+        """The newest batches of every tenant, for the operator dashboard (admin only)."""
+        rows = []
+        for row in self.store.batches(None, None, limit):
+            counts = self.store.counts(row["id"])
+            total = sum(counts.values())
+            rows.append({"id": row["id"], "tenant": row["tenant"], "status": row["status"],
+                         "endpoint": row["endpoint"], "total": total, "finished": total - counts["pending"],
+                         "failed": counts["failed"]})
+        return rows
+
     def cancel(self, caller: Caller, batch_id: str) -> Batch:
         row = self.store.batch(batch_id, caller.tenant)
         if row is None:

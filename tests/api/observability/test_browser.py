@@ -36,6 +36,8 @@ def fixed_data(outcome) -> bytes:
     metrics.observe(outcome(tenant="acme", ttft_seconds=2.0, e2e_seconds=2.5))  # misses the 0.5 s TTFT objective
     metrics.observe(outcome(tenant="beta", model="support", version="3", ttft_seconds=0.125))
     data = dashboard_snapshot(metrics, {"engine": ["support@3"], "cpu": ["support@3", "sql@1"]}, now=0.0)
+    data["batches"] = [{"id": "batch_1", "tenant": "acme", "status": "in_progress", "endpoint": "/v1/completions",
+                        "total": 40, "finished": 12, "failed": 1}]
     return json.dumps(data).encode()
 
 
@@ -213,6 +215,8 @@ def test_dashboard_renders_rows_in_chromium(server, tmp_path):
     assert dom.cell({"data-model": "support@3"}, "completion-tokens")[1] == "5"
     assert dom.cell({"data-model": "support@3", "data-objective": "availability"}, "status")[1] == "met"
     assert dom.adapters == {"engine": ["support@3"], "cpu": ["sql@1", "support@3"], "disk": []}
+    batch = {"data-batch": "batch_1", "data-status": "in_progress"}
+    assert (dom.cell(batch, "finished")[1], dom.cell(batch, "failed")[1]) == ("12 / 40", "1")
     assert dom.ids["last-updated"] != "never"
     assert not dom.ids.get("error")
 
