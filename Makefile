@@ -30,7 +30,7 @@ browser:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null)
 
 # The orchestration example (examples/prefect_batch_flow.py) runs in a venv of its own: Prefect pins a newer FastAPI
-# than loraplex. tests/examples runs it against the session's server.
+# than loraplex. tests/e2e/test_batch_example.py runs it against the session's server.
 EXAMPLES_VENV := examples/.venv
 EXAMPLES_STAMP := $(EXAMPLES_VENV)/.installed
 
