@@ -182,11 +182,14 @@ class GenerationService(ABC, Generic[Req]):
             account.model, account.version = served.name, served.version
             tenant_cap = p.tenancy.tenant(caller.tenant).limits.max_tokens
             prepared = Prepared(await self.prepare(req, response_id, tenant_cap))
-            p.limits.admit(caller, prepared.reserve_tokens, prepared.sequences, req.output_limit().param, account)
+            limit_param = req.output_limit().param
             if lane is None or lane.preempt is None:
+                p.limits.admit(caller, prepared.reserve_tokens, prepared.sequences, limit_param, account)
                 await p.admission.enter(caller, prepared.sequences, account)
             else:
+                # Slots first: a batch line waiting for capacity holds none of its tenant's concurrency or tokens.
                 await p.admission.enter_background(caller, prepared.sequences, account, lane.preempt)
+                p.limits.admit(caller, prepared.reserve_tokens, prepared.sequences, limit_param, account)
             adapter = await p.loader.enter(served, account)
             headers = {SERVED_MODEL_HEADER: served.id, **p.limits.headers(caller)}
             created = int(time.time())
