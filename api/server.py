@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -41,6 +42,7 @@ from api.observability.history import FINE, History
 from api.observability.history_events import HistoryTierEvents
 from api.observability.history_json import slo_points
 from api.observability.request_metrics import AdmissionCounts, EngineGauges, Metrics
+from api.observability.outcome import RequestOutcome
 from api.observability.requestlog import log_request
 from api.observability.tracing import Tracing
 from api.openai.chat import ChatService
@@ -50,7 +52,7 @@ from api.openai.protocol import ChatCompletionRequest, CompletionRequest
 from api.sagemaker.serving import InvocationService
 from api.tenancy.admission import FairAdmission
 from api.tenancy.billing import LedgerWriter
-from api.tenancy.config import TenancyConfig
+from api.tenancy.config import BATCH_PRIORITY, TenancyConfig
 from api.tenancy.ledger import UsageLedger, default_ledger_path
 from api.tenancy.limits import TenantLimiter, day_start, month_start
 from api.tenancy.pricing import ComputeMeter, PriceTable
@@ -238,8 +240,10 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
     meter = ComputeMeter(tenancy.machine_cost_per_hour)
 
     billing = LedgerWriter(ledger)
-    sink = OutcomeSink([lambda outcome, finish: metrics.observe(outcome),
-                        lambda outcome, finish: history.record(outcome), billing.record, log_request])
+    # Batch lines stay out of the latency metrics, SLOs and dashboard history (they wait for capacity by design);
+    # the batch gauges count them, the ledger and the request log record them.
+    sink = OutcomeSink([live_only(lambda outcome, finish: metrics.observe(outcome)),
+                        live_only(lambda outcome, finish: history.record(outcome)), billing.record, log_request])
     resolver = ModelResolver(engine.model_id, registry)
     prices = PriceTable(tenancy)
     pipeline = Pipeline(
@@ -255,6 +259,10 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
         pipeline=pipeline, catalog=ModelCatalog(resolver), input_limits=input_limits, history=history, pins=pins,
         batch_config=batch_config,
     )
+
+
+def live_only(reader: Callable[[RequestOutcome, str], None]) -> Callable[[RequestOutcome, str], None]:
+    return lambda outcome, finish: None if outcome.priority == BATCH_PRIORITY else reader(outcome, finish)
 
 
 def _limiters(tenancy: TenancyConfig, ledger: UsageLedger) -> dict[str, TenantLimiter]:

@@ -36,7 +36,7 @@ from api.lifecycle import Lifecycle
 from api.observability.tracing import Tracing, traced
 from api.tenancy.billing import LedgerWriter
 from api.tenancy.pricing import PriceTable
-from api.tenancy.config import TenancyConfig
+from api.tenancy.config import BATCH_PRIORITY, TenancyConfig
 from engine.types import ChoiceDelta, EngineClient
 
 SERVED_MODEL_HEADER = "x-loraplex-model"
@@ -66,9 +66,6 @@ class Reply:
     body: BaseModel | AsyncIterator[str]
     headers: dict[str, str]
     stream_account: RequestAccount | None = None
-
-
-BATCH_PRIORITY = "batch"
 
 
 @dataclass(frozen=True)

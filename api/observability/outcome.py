@@ -27,9 +27,10 @@ class RequestOutcome:
     price_usd: float  # what the tenant is charged
     cost_usd: float  # measured compute cost attributed to this request
     finished_at: float  # unix time
-    # `request_id` is a stable key of the work (a batch line's): a second row under it repeats work already
-    # billed (a line resumed after a crash) and is dropped, where a live request's reused id gets a new row.
-    idempotent: bool = False
+    # How the usage ledger takes it: "row", one row per request (a reused id gets a row of its own); "once",
+    # `request_id` is a stable key of the work (a batch line's) and a second row under it, a line run again after
+    # a crash, is dropped; "none", no row (a batch line's attempt stopped before it finished: it runs again).
+    billing: str = "row"
 
     @property
     def model_version(self) -> str:

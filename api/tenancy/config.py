@@ -18,6 +18,7 @@ from api.observability.slo import DEFAULT_SLO, SloTargets
 KEY_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 DEFAULT_CLASS = "standard"
+BATCH_PRIORITY = "batch"  # the priority of batch lines in the ledger and logs; no class may take the name
 OPEN_TENANT = "default"
 
 
@@ -244,6 +245,8 @@ def _cross_field_problems(data: dict) -> list[str]:
     problems = []
     classes = data.get("priority_classes", {DEFAULT_CLASS: None})
     class_names = set(classes) if isinstance(classes, dict) else None
+    if class_names is not None and BATCH_PRIORITY in class_names:
+        problems.append(f"priority_classes.{BATCH_PRIORITY}: the name is reserved for batch lines")
     tenants = data.get("tenants")
     if not isinstance(tenants, list):
         return problems

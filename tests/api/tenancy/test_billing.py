@@ -73,11 +73,12 @@ def test_a_reused_request_id_gets_its_own_row(ledger):
     assert len(ids) == 2 and ids[0] == "dup" and ids[1].startswith("dup#")
 
 
-def test_an_idempotent_row_is_written_once(ledger):
+def test_a_once_row_is_written_once_and_a_none_row_never(ledger):
     writer = LedgerWriter(ledger)
-    once = dataclasses.replace(outcome("batch_1:7"), idempotent=True)
+    once = dataclasses.replace(outcome("batch_1:7"), billing="once")
     writer.record(once, "completed")
     writer.record(dataclasses.replace(once, prompt_tokens=99), "completed")  # the same line, resumed
+    writer.record(dataclasses.replace(outcome("batch_1:8#a1"), billing="none", status=499), "aborted")
     assert [(r["request_id"], r["prompt_tokens"]) for r in ledger.query()] == [("batch_1:7", 3)]
 
 
