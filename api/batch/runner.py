@@ -108,7 +108,7 @@ class BatchRunner:
         for batch in self.store.unfinished():
             status, batch_id = batch["status"], batch["id"]
             if status == "validating":
-                if batch_id not in self._validating:
+                if batch_id not in self._validating and not self._is_draining():
                     task = asyncio.ensure_future(self._validate(batch))
                     self._validating[batch_id] = task
                     task.add_done_callback(lambda t, b=batch_id: self._validating.pop(b, None))
