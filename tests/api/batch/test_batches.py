@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import io
 import json
+import threading
+from contextlib import closing
 import time
 
 import pytest
 from openai import NotFoundError, OpenAI
 
 from api.app import create_app
+from api.batch.store import BatchStore
+from api.tenancy.ledger import UsageLedger
 from api.tenancy.config import parse_tenancy_config
 from api.tenancy.keys import generate_key, hash_key
 from tests.api.running_server import RunningServer
@@ -136,15 +140,15 @@ def test_cancel_closes_the_lines_not_run(served, fake_engine):
 def test_a_batch_past_its_window_expires_with_what_it_finished(served, fake_engine):
     _, url = served
     c = client(url)
-    fake_engine.step_delay = 0.02
+    fake_engine.step_delay = 0.05  # 3000 lines of 3 steps, 32 at a time: about 14 s, far past the window
     batch = c.batches.create(input_file_id=c.files.create(
-        file=("in.jsonl", jsonl(*(chat_line(f"r{i}") for i in range(300)))), purpose="batch").id,
+        file=("in.jsonl", jsonl(*(chat_line(f"r{i}") for i in range(3000)))), purpose="batch").id,
         endpoint="/v1/chat/completions", completion_window="1s")
     expired = wait_final(c, batch.id)
     assert expired.status == "expired" and expired.expired_at
     errors = [json.loads(x) for x in c.files.content(expired.error_file_id).text.splitlines()]
     assert errors and {e["error"]["code"] for e in errors} == {"batch_expired"}
-    assert expired.request_counts.completed + len(errors) == 300
+    assert expired.request_counts.completed + len(errors) == 3000
 
 
 def test_a_tenant_sees_only_its_own_files_and_batches(served):
@@ -199,3 +203,27 @@ def test_bad_uploads_are_refused(served, purpose, content, status):
     with pytest.raises(Exception) as refused:
         client(url).files.create(file=("f.jsonl", io.BytesIO(content)), purpose=purpose)
     assert refused.value.status_code == status
+
+
+def test_sigterm_stops_running_lines_at_once_and_leaves_them_pending(make_fake_server, fake_engine):
+    server = make_fake_server()
+    fake_engine.hold = threading.Event()  # every line waits in the engine after its first token
+    with RunningServer(create_app(server), server.lifecycle, drain_timeout_s=30) as running:
+        c = OpenAI(base_url=f"{running.url}/v1", api_key="none", max_retries=0, timeout=30)
+        batch = c.batches.create(input_file_id=c.files.create(
+            file=("in.jsonl", jsonl(*(chat_line(f"r{i}") for i in range(40)))), purpose="batch").id,
+            endpoint="/v1/chat/completions", completion_window="24h")
+        deadline = time.monotonic() + 10
+        while server.batch_runner.running_lines == 0 or fake_engine.requests == []:
+            assert time.monotonic() < deadline, "no line started"
+            time.sleep(0.01)
+        started = time.monotonic()
+        running.sigterm()
+        running.thread.join(10)
+        assert not running.thread.is_alive() and time.monotonic() - started < 5, "held lines did not hold the drain"
+    with closing(BatchStore(server.batch_config.store_path())) as store:  # the server closed its own
+        counts = store.counts(batch.id)
+    assert counts == {"pending": 40, "done": 0, "failed": 0, "cancelled": 0,
+                                                     "expired": 0}
+    with UsageLedger.reader(server.ledger.path) as ledger:
+        assert not [r for r in ledger.query() if r["priority"] == "batch"]  # stopped attempts bill nothing
