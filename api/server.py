@@ -224,7 +224,8 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
                           reserve_window_s=tenancy.admission.reserve_window_s,
                           max_queued_per_tenant=tenancy.admission.max_queued_per_tenant,
                           max_queue_wait_s=tenancy.admission.max_queue_wait_s,
-                          max_background_with_live=tenancy.admission.max_batch_running_with_live)
+                          max_background_with_live=tenancy.admission.max_batch_running_with_live,
+                          background_quiet_s=tenancy.admission.batch_quiet_s)
     tiers = disk = None
     if tiers_sizes is not None:
         disk = AdapterDiskCache(tiers_sizes.disk_dir, tiers_sizes.disk_bytes, registry.store,

@@ -93,6 +93,10 @@ class AdmissionConfig(_Strict):
         description="Slots batch lines may keep while live requests run; the rest are preempted when a live "
                     "request arrives. 0: batch lines run only on an engine with no live request (on a CPU, where "
                     "any batch work slows live steps); raise it on an accelerator with headroom.")
+    batch_quiet_s: float = Field(
+        default=2.0, ge=0,
+        description="Batch lines take free slots only once no live request has run for this long, so a steady "
+                    "trickle of live requests does not preempt batch lines restarted in every gap between them.")
 
 
 class PriorityClass(_Strict):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -92,5 +93,34 @@ def test_a_cancelled_background_waiter_leaves_nothing_behind():
         await asyncio.gather(waiter, return_exceptions=True)
         queue.release(live)
         assert queue.running == 0 and queue.stats().background_running == 0
+
+    asyncio.run(main())
+
+
+def test_after_live_traffic_background_waits_for_the_quiet_period():
+    async def main():
+        queue, preempted = FairAdmission(max_running=4, max_queued=8, background_quiet_s=0.2), []
+        live = await queue.acquire("t", 1.0)
+        waiter = asyncio.ensure_future(_background(queue, preempted, "b"))
+        queue.release(live)
+        released = time.monotonic()
+        await asyncio.sleep(0.05)
+        assert not waiter.done()  # the engine is free, but live traffic ran 50 ms ago
+        await asyncio.wait_for(waiter, 2)
+        assert time.monotonic() - released >= 0.2
+
+    asyncio.run(main())
+
+
+def test_a_live_arrival_restarts_the_quiet_period():
+    async def main():
+        queue, preempted = FairAdmission(max_running=4, max_queued=8, background_quiet_s=0.2), []
+        queue.release(await queue.acquire("t", 1.0))
+        waiter = asyncio.ensure_future(_background(queue, preempted, "b"))
+        await asyncio.sleep(0.15)
+        queue.release(await queue.acquire("t", 1.0))
+        restarted = time.monotonic()
+        await asyncio.wait_for(waiter, 2)
+        assert time.monotonic() - restarted >= 0.2
 
     asyncio.run(main())
