@@ -128,7 +128,8 @@ class Server:
         self.batch_runner = BatchRunner(store, blobs, endpoints, self.tenancy, self.batch_config,
                                         lambda: self.lifecycle.draining)
         self.lifecycle.on_drain.append(self.batch_runner.stop_all)
-        self.metrics.set_batch_source(self.batch_runner.gauges)
+        queue = self.pipeline.admission.queue
+        self.metrics.set_batch_source(lambda: self.batch_runner.gauges(queue.stats().background_running))
         self.batches = BatchService(store, blobs, self.batch_runner, self.batch_config)
         self.job_runner = JobRunner(store, endpoints, self.batch_config)
         self.lifecycle.on_drain.append(self.job_runner.stop_all)

@@ -5,11 +5,12 @@ One loraplex server (the tiny demo, 32 engine sequences, no tenants file). Two p
 1. Live TTFT with and without a running batch, interleaved: rounds of [live alone, live beside a batch]. Live
    traffic is an open loop of streamed completions at a fixed rate (32 output tokens, the three demo adapters
    and the base model in turn); a request's TTFT is to its first streamed chunk. In the `with batch` phase a
-   batch of far more lines than the phase can finish (32 output tokens each) is running from before the first
-   live request; it is cancelled, and its cancel awaited, after the phase. Reported: live TTFT p50/p95/p99 of
+   batch of far more lines than the phase can finish (32 output tokens each) holds every engine slot before
+   the first live request; it is cancelled, and its cancel awaited, after the phase. Reported: live TTFT p50/p95/p99 of
    each condition over all rounds, and the batch lines finished and preempted while live traffic ran.
 2. Idle throughput: the same prompts (64 output tokens each, `ignore_eos`) sent live with concurrency 32 (the
-   batch runner's default `batch_max_running_lines`) and as one batch, interleaved over rounds. Batch time runs
+   batch runner's default `batch_max_running_lines`) and as one batch, interleaved over rounds, each started on a
+   server idle for `admission.batch_quiet_s` (2 s: batch lines wait that long after live traffic). Batch time runs
    from `POST /v1/batches` to the status `completed` (polled every 50 ms), so it includes validation, the
    writes of line results and the output file.
 """
@@ -32,6 +33,7 @@ from bench_servers import bounded, demo_assets, free_port, loraplex_command, own
 LIVE_RATE_PER_S, LIVE_TOKENS, BATCH_TOKENS = 2.0, 32, 64
 ENGINE_BATCH = 32
 POLL_S = 0.05
+QUIET_S = 2.0  # admission.batch_quiet_s's default
 
 
 def _lines(model_ids: list[str], count: int, max_tokens: int, tag: str) -> bytes:
@@ -81,7 +83,7 @@ async def _ttft_part(client: httpx.AsyncClient, models: list[str], rounds: int, 
         alone += await _live_phase(client, models, per_phase)
         batch_id = await _create_batch(client, _lines(models, 4000, LIVE_TOKENS, f"bg{r}"))
         await _wait(client, batch_id, ("in_progress",))
-        while await _metric(client, "loraplex_batch_running_lines") < 1:
+        while await _metric(client, "loraplex_batch_running_lines") < ENGINE_BATCH:  # lines in the engine
             await asyncio.sleep(POLL_S)
         before = (await client.get(f"/v1/batches/{batch_id}")).json()["request_counts"]["completed"]
         preempted_before = await _metric(client, "loraplex_batch_preemptions_total")
@@ -105,6 +107,7 @@ async def _ttft_part(client: httpx.AsyncClient, models: list[str], rounds: int, 
 async def _throughput_part(client: httpx.AsyncClient, models: list[str], rounds: int, prompts: int) -> dict:
     live_s, batch_s = [], []
     for r in range(rounds):
+        await asyncio.sleep(QUIET_S)  # both start on an idle server: batch lines wait this long after live traffic
         content = _lines(models, prompts, BATCH_TOKENS, f"tp{r}")
         bodies = [json.loads(line)["body"] for line in content.decode().splitlines()]
         started = time.perf_counter()
@@ -117,6 +120,7 @@ async def _throughput_part(client: httpx.AsyncClient, models: list[str], rounds:
         tokens = await bounded(ENGINE_BATCH, [lambda b=b: send(b) for b in bodies])
         live_s.append(time.perf_counter() - started)
         assert sum(tokens) == prompts * BATCH_TOKENS
+        await asyncio.sleep(QUIET_S)
         started = time.perf_counter()
         batch_id = await _create_batch(client, content)
         done = await _wait(client, batch_id, ("completed", "failed", "cancelled", "expired"))

@@ -69,12 +69,14 @@ class BatchRunner:
         self.preemptions = 0
         self.lines_finished = 0
 
-    def gauges(self) -> BatchGauges:
+    def gauges(self, holding_slots: int) -> BatchGauges:
+        """`holding_slots`: the lines admission has granted engine slots (the rest of those in flight wait)."""
         lines: dict[str, int] = {}
         for counts in self.store.all_counts().values():
             for state, n in counts.items():
                 lines[state] = lines.get(state, 0) + n
-        return BatchGauges(self.store.status_counts(), lines, len(self._running), self.preemptions)
+        return BatchGauges(self.store.status_counts(), lines, holding_slots,
+                           max(0, len(self._running) - holding_slots), self.preemptions)
 
     def wake(self) -> None:
         self._wake.set()

@@ -37,7 +37,8 @@ class EngineGauges(NamedTuple):
 class BatchGauges(NamedTuple):
     batches: Mapping[str, int]  # by status, every batch in the store
     lines: Mapping[str, int]  # by state, lines of unfinished batches
-    running_lines: int
+    running_lines: int  # holding engine slots
+    waiting_lines: int  # in flight, waiting for capacity live traffic leaves free
     preemptions: int  # counter: batch lines stopped to give their slots to live requests
 
 
@@ -242,7 +243,10 @@ def _batch_families(gauges: BatchGauges) -> Iterator[Metric]:
         lines.add_metric((state,), n)
     yield batches
     yield lines
-    yield GaugeMetricFamily("loraplex_batch_running_lines", "Batch lines in flight.", value=gauges.running_lines)
+    yield GaugeMetricFamily("loraplex_batch_running_lines", "Batch lines holding engine slots.",
+                            value=gauges.running_lines)
+    yield GaugeMetricFamily("loraplex_batch_waiting_lines", "Batch lines waiting for capacity live traffic leaves "
+                            "free.", value=gauges.waiting_lines)
     yield CounterMetricFamily("loraplex_batch_preemptions", "Batch lines stopped to give their engine slots to "
                               "live requests (each runs again later).", value=gauges.preemptions)
 
