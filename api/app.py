@@ -12,8 +12,10 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.admin.router import admin_router
+from api.batch.router import FILES_PATH, batch_router
 from api.errors import OpenAIError, from_http_status, from_validation_error
 from api.graphs.router import graphs_router
+from api.jobs.router import jobs_router
 from api.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from api.openai.router import document_bodies, router
 from api.ops.router import ops_router
@@ -46,6 +48,7 @@ async def _on_unexpected(request: Request, e: Exception) -> JSONResponse:
 
 
 _SETTLE_S = 5.0
+MULTIPART_OVERHEAD_BYTES = 64 * 1024  # the form's other fields and boundaries around an uploaded file
 
 
 def create_app(server: Server) -> FastAPI:
@@ -59,6 +62,7 @@ def create_app(server: Server) -> FastAPI:
             yield
         finally:
             server.lifecycle.ready = False
+            server.stop_background()
             # Requests uvicorn cancelled at shutdown close their accounts (ledger records) on their next step.
             await server.lifecycle.wait_idle(_SETTLE_S)
             server.engine.shutdown()
@@ -78,12 +82,15 @@ def create_app(server: Server) -> FastAPI:
     app.include_router(routing_router)
     app.include_router(sagemaker_router)
     app.include_router(graphs_router)
+    app.include_router(batch_router)
+    app.include_router(jobs_router)
     app.add_exception_handler(OpenAIError, _on_openai_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(Exception, _on_unexpected)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=server.input_limits.max_body_bytes,
-                       upload_path=admin_router.prefix, max_upload_bytes=server.options.max_upload_bytes)
+                       uploads={admin_router.prefix: server.options.max_upload_bytes,
+                                FILES_PATH: server.batch_config.files_max_bytes + MULTIPART_OVERHEAD_BYTES})
     app.add_middleware(RequestIdMiddleware)
     app.openapi = openapi
     return app

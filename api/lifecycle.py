@@ -12,6 +12,7 @@ import asyncio
 import logging
 import signal
 import time
+from collections.abc import Callable
 from types import FrameType
 
 import uvicorn
@@ -32,6 +33,8 @@ class Lifecycle:
         self.in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        # Run when draining starts: background work (batch lines) stops at once rather than hold the drain.
+        self.on_drain: list[Callable[[], None]] = []
 
     def enter(self) -> None:
         self.in_flight += 1
@@ -46,6 +49,8 @@ class Lifecycle:
     async def drain(self, timeout_s: float) -> bool:
         """True when every request finished within the timeout."""
         self.draining = True
+        for callback in self.on_drain:
+            callback()
         return await self.wait_idle(timeout_s)
 
     async def wait_idle(self, timeout_s: float) -> bool:

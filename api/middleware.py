@@ -42,21 +42,20 @@ class RequestIdMiddleware:
 
 class BodyLimitMiddleware:
     """A body over its limit gets a 413 before the app reads it whole: the declared Content-Length is
-    checked first, and the bytes actually received are counted (a chunked body declares none). POST
-    `upload_path` (adapter archives) has its own, larger limit."""
+    checked first, and the bytes actually received are counted (a chunked body declares none). A POST to
+    one of `uploads` (adapter archives, batch files) has its own, larger limit."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int, upload_path: str, max_upload_bytes: int):
+    def __init__(self, app: ASGIApp, max_body_bytes: int, uploads: dict[str, int]):
         self.app = app
         self.max_body_bytes = max_body_bytes
-        self.upload_path = upload_path
-        self.max_upload_bytes = max_upload_bytes
+        self.uploads = uploads
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        upload = scope["method"] == "POST" and scope["path"] == self.upload_path
-        limit = self.max_upload_bytes if upload else self.max_body_bytes
+        upload = self.uploads.get(scope["path"]) if scope["method"] == "POST" else None
+        limit = upload if upload is not None else self.max_body_bytes
         declared = dict(scope["headers"]).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > limit:
             await _too_large(limit, send)

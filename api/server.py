@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -16,9 +17,16 @@ from adapters.disk_cache import AdapterDiskCache
 from adapters.identity import parse_model_ref
 from adapters.registry import Registry
 from adapters.rollouts import RolloutStore
+from adapters.store import open_store
 from adapters.tiers import TIER_DISK, AdapterTiers
 from api.admin.serving import AdminService
 from api.auth import Authenticator
+from api.batch.config import BatchConfig
+from api.batch.files import FileBlobs
+from api.batch.lines import Endpoint
+from api.batch.runner import BatchRunner
+from api.batch.serving import BatchService
+from api.batch.store import BatchStore
 from api.generation.accounting import Accounts, OutcomeSink
 from api.generation.adapter_loading import AdapterLoader
 from api.generation.admission import EngineAdmission
@@ -29,6 +37,8 @@ from api.generation.resolve import ModelResolver
 from api.graphs.serving import GraphService
 from api.graphs.table import VirtualModelTable
 from api.input_limits import InputLimits
+from api.jobs.runner import JobRunner
+from api.jobs.serving import JobService
 from api.lifecycle import Lifecycle
 from api.observability.dashboard import dashboard_snapshot
 from api.observability.drift import DEFAULT_DRIFT, DriftCollector, DriftConfig, DriftMonitor
@@ -36,12 +46,14 @@ from api.observability.drift_store import DRIFT_FILE, SAVE_INTERVAL_S, DriftStor
 from api.observability.history import FINE, History
 from api.observability.history_events import HistoryTierEvents
 from api.observability.history_json import slo_points
+from api.observability.outcome import RequestOutcome
 from api.observability.request_metrics import AdmissionCounts, EngineGauges, Metrics
 from api.observability.requestlog import log_request
 from api.observability.tracing import Tracing
 from api.openai.chat import ChatService
 from api.openai.completion import CompletionService
 from api.openai.models import ModelCatalog
+from api.openai.protocol import ChatCompletionRequest, CompletionRequest
 from api.routing.config import RoutingConfig
 from api.routing.metrics import RoutingMetrics
 from api.routing.serving import RoutingService
@@ -50,7 +62,7 @@ from api.routing.traffic import TrafficRouter
 from api.sagemaker.serving import InvocationService
 from api.tenancy.admission import FairAdmission
 from api.tenancy.billing import LedgerWriter
-from api.tenancy.config import TenancyConfig
+from api.tenancy.config import BATCH_PRIORITY, TenancyConfig
 from api.tenancy.ledger import UsageLedger, default_ledger_path
 from api.tenancy.limits import day_start, month_start
 from api.tenancy.limits_backend import LimitsBackend, MemoryLimits
@@ -121,15 +133,31 @@ class Server:
     drift: DriftMonitor
     drift_store: DriftStore
     pins: tuple[str, ...] = ()
+    batch_config: BatchConfig = field(default_factory=BatchConfig)
     chat: ChatService = field(init=False)
     completion: CompletionService = field(init=False)
     admin: AdminService = field(init=False)
     sagemaker: InvocationService = field(init=False)
+    batches: BatchService = field(init=False)
+    jobs: JobService = field(init=False)
 
     def __post_init__(self) -> None:
         self._background: list[asyncio.Task[None]] = []
         self.chat = ChatService(self.pipeline)
         self.completion = CompletionService(self.pipeline)
+        endpoints = {"/v1/chat/completions": Endpoint(ChatCompletionRequest, self.chat),
+                     "/v1/completions": Endpoint(CompletionRequest, self.completion)}
+        store = BatchStore(self.batch_config.store_path())
+        blobs = FileBlobs(open_store(self.batch_config.files_uri()))
+        self.batch_runner = BatchRunner(store, blobs, endpoints, self.tenancy, self.batch_config,
+                                        lambda: self.lifecycle.draining)
+        self.lifecycle.on_drain.append(self.batch_runner.stop_all)
+        queue = self.pipeline.admission.queue
+        self.metrics.set_batch_source(lambda: self.batch_runner.gauges(queue.stats().background_running))
+        self.batches = BatchService(store, blobs, self.batch_runner, self.batch_config)
+        self.job_runner = JobRunner(store, endpoints, self.batch_config)
+        self.lifecycle.on_drain.append(self.job_runner.stop_all)
+        self.jobs = JobService(store, self.job_runner, endpoints, self.batch_config)
         self.admin = AdminService(self.registry, self.tiers, self.options.max_upload_bytes,
                                   self.options.prewarm_on_promote)
         self.sagemaker = InvocationService(self.chat, self.completion, self.engine.model_id)
@@ -144,7 +172,9 @@ class Server:
             logger.info("pinned %s (%s)", result.model, result.found_in)
         self._background = [asyncio.create_task(self._sample_history()),
                             asyncio.create_task(self._retry_billing()),
-                            asyncio.create_task(self._save_drift())]
+                            asyncio.create_task(self._save_drift()),
+                            asyncio.create_task(self.batch_runner.run()),
+                            asyncio.create_task(self.job_runner.run())]
         self.lifecycle.ready = True
 
     async def _sample_history(self) -> None:
@@ -186,12 +216,21 @@ class Server:
         residency = self.tiers.residency() if self.tiers is not None else {}
         if self.disk is not None:
             residency[TIER_DISK] = [e.label for e in self.disk.entries()]
-        return {**dashboard_snapshot(self.metrics, residency, time.time(), self.drift.snapshot()),
+        data = {**dashboard_snapshot(self.metrics, residency, time.time(), self.drift.snapshot()),
                 "routing": self.routing.panel()}
+        data["batches"] = self.batches.dashboard_rows()
+        return data
 
-    def close(self) -> None:
+    def stop_background(self) -> None:
+        """Before shutdown: batch lines stop (they stay pending in the store, for the next start)."""
+        self.batch_runner.stop_all()
+        self.job_runner.stop_all()
         for task in self._background:
             task.cancel()
+
+    def close(self) -> None:
+        self.stop_background()
+        self.batches.store.close()
         self.tracing.shutdown()
         self.pipeline.billing.spill()
         self.pipeline.limits.close()
@@ -215,7 +254,8 @@ class TierSizes:
 def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfig, options: ServingOptions,
                  tiers_sizes: TierSizes | None, pins: tuple[str, ...] = (), max_running: int | None = None,
                  tracing: Tracing | None = None, input_limits: InputLimits = InputLimits(),
-                 routing: RoutingConfig = RoutingConfig(), drift_config: DriftConfig = DEFAULT_DRIFT) -> Server:
+                 routing: RoutingConfig = RoutingConfig(), drift_config: DriftConfig = DEFAULT_DRIFT,
+                 batch_config: BatchConfig = BatchConfig()) -> Server:
     """`tiers_sizes` None: no adapter tiers (the fake engine of HTTP-layer tests). `max_running` is the
     engine's batch size, used unless the tenants file sets its own admission size. `tracing` replaces the
     one `options.otlp_endpoint` describes (tests pass an in-memory exporter). Raises GraphError listing every
@@ -235,7 +275,9 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
     queue = FairAdmission(max_running, tenancy.admission.max_queued,
                           reserve_window_s=tenancy.admission.reserve_window_s,
                           max_queued_per_tenant=tenancy.admission.max_queued_per_tenant,
-                          max_queue_wait_s=tenancy.admission.max_queue_wait_s)
+                          max_queue_wait_s=tenancy.admission.max_queue_wait_s,
+                          max_background_with_live=tenancy.admission.max_batch_running_with_live,
+                          background_quiet_s=tenancy.admission.batch_quiet_s)
     tiers = disk = None
     if tiers_sizes is not None:
         disk = AdapterDiskCache(tiers_sizes.disk_dir, tiers_sizes.disk_bytes, registry.store,
@@ -256,25 +298,32 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
     router = TrafficRouter(registry, rollouts, routing, routing_metrics)
     shadows = ShadowRunner(engine, queue, tiers, rollouts, routing_metrics, lambda: meter.usd_per_token,
                            routing.adapter_load_deadline_s)
-    sink = OutcomeSink([lambda outcome, finish: metrics.observe(outcome),
-                        lambda outcome, finish: history.record(outcome), billing.record, log_request,
-                        lambda outcome, finish: router.observe(outcome)])
+    # Batch lines stay out of the latency metrics, SLOs, dashboard history and rollout comparisons (they wait
+    # for capacity by design); the batch gauges count them, the ledger and the request log record them.
+    sink = OutcomeSink([live_only(lambda outcome, finish: metrics.observe(outcome)),
+                        live_only(lambda outcome, finish: history.record(outcome)), billing.record, log_request,
+                        live_only(lambda outcome, finish: router.observe(outcome))])
     resolver = ModelResolver(engine.model_id, registry)
+    prices = PriceTable(tenancy)
     pipeline = Pipeline(
         engine=engine, tenancy=tenancy, lifecycle=lifecycle,
-        accounts=Accounts(sink, tenancy, PriceTable(tenancy), meter, metrics.in_flight, lifecycle),
+        accounts=Accounts(sink, tenancy, prices, meter, metrics.in_flight, lifecycle),
         resolver=resolver, limits=TenantLimits(limits_backend(options, tenancy, ledger)),
         admission=EngineAdmission(tenancy, queue, tracing), loader=AdapterLoader(tiers, tracing), tracing=tracing,
         input_limits=input_limits, billing=billing, cache_salts=CacheSalts(), router=router, shadows=shadows,
-        drift=drift,
+        prices=prices, drift=drift,
     )
     return Server(
         engine=engine, registry=registry, tenancy=tenancy, options=options, auth=Authenticator(tenancy),
         metrics=metrics, ledger=ledger, tiers=tiers, disk=disk, meter=meter, tracing=tracing, lifecycle=lifecycle,
         pipeline=pipeline, catalog=ModelCatalog(resolver, virtual), input_limits=input_limits, history=history,
         routing=RoutingService(rollouts, router, routing.ab_min_samples), graphs=GraphService(virtual, tenancy),
-        drift=drift, drift_store=drift_store, pins=pins,
+        drift=drift, drift_store=drift_store, pins=pins, batch_config=batch_config,
     )
+
+
+def live_only(reader: Callable[[RequestOutcome, str], None]) -> Callable[[RequestOutcome, str], None]:
+    return lambda outcome, finish: None if outcome.priority == BATCH_PRIORITY else reader(outcome, finish)
 
 
 def limits_backend(options: ServingOptions, tenancy: TenancyConfig, ledger: UsageLedger) -> LimitsBackend:

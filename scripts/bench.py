@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_batch  # noqa: E402
 import bench_kernels  # noqa: E402
 import bench_routing  # noqa: E402
 import bench_serving  # noqa: E402
@@ -75,6 +76,9 @@ SCENARIOS = {
         Scenario("baseline-hf", "transformers + peft one request at a time vs loraplex, the same prompts.",
                  bench_serving.baseline_hf, one_table(bench_serving.baseline_hf_table), in_quick=False,
                  models=BENCH_MODELS),
+        Scenario("batch", "Live TTFT with and without a running batch (interleaved rounds), and an idle engine's "
+                 "throughput for the same prompts sent as one batch and sent live.",
+                 on_tiny(bench_batch.run), bench_batch.tables, in_quick=False),
         Scenario("kernels", "Offline throughput: vLLM's stock CPU LoRA ops vs loraplex's grouped ops.",
                  on_tiny(bench_kernels.run), one_table(bench_kernels.table), bench_kernels.plot, in_quick=False),
         Scenario("state", "What shared state costs a request: limit admission in-process vs Redis, one ledger "

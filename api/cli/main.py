@@ -1,4 +1,4 @@
-"""`loraplex` command line: `serve`, `adapters ...`, `keys create` and `usage`."""
+"""`loraplex` command line: `serve`, `adapters ...`, `keys create`, `usage` and `batches ...`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from api.cli.adapters import add_adapters_parser, run_adapters  # noqa: E402
+from api.cli.batches import add_batches_parser, run_batches  # noqa: E402
 from api.cli.serve import add_serve_parser, serve  # noqa: E402
 from api.cli.tenants import add_tenant_parsers, run_tenant_command  # noqa: E402
 from api.observability.requestlog import REQUEST_LOGGER, JsonFormatter  # noqa: E402
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parser(sub)
     add_adapters_parser(sub)
     add_tenant_parsers(sub)
+    add_batches_parser(sub)
     return parser
 
 
@@ -44,6 +46,8 @@ def main(argv: list[str] | None = None) -> None:
         serve(args)
     elif args.command == "adapters":
         sys.exit(run_adapters(args))
+    elif args.command == "batches":
+        sys.exit(run_batches(args))
     else:
         sys.exit(run_tenant_command(args))
 

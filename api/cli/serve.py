@@ -17,6 +17,7 @@ from adapters.home import demo_home
 from adapters.registry import Registry, RegistryConfig
 from adapters.sql import DB_ERRORS
 from adapters.validation import AdapterValidationError
+from api.batch.config import BatchConfig
 from api.cli.flags import add_config_arguments, config_from_args
 from api.graphs.table import GraphError, VirtualModelTable
 from api.input_limits import InputLimits
@@ -69,6 +70,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     add_config_arguments(serve, InputLimits, skip=set())
     add_config_arguments(serve, RoutingConfig, skip=set())
     add_config_arguments(serve, DriftConfig, skip=set())
+    add_config_arguments(serve, BatchConfig, skip=set())
 
 
 def parse_adapter_flag(value: str) -> tuple[str, Path]:
@@ -161,6 +163,7 @@ def serve(args: argparse.Namespace) -> None:
         input_limits = config_from_args(InputLimits, args)
         routing = config_from_args(RoutingConfig, args)
         drift_config = config_from_args(DriftConfig, args)
+        batch_config = config_from_args(BatchConfig, args)
     except ValidationError as e:
         raise SystemExit(f"invalid configuration:\n{e}") from e
     if not Path(model).is_dir():
@@ -187,7 +190,7 @@ def serve(args: argparse.Namespace) -> None:
     try:
         server = build_server(engine, registry, tenancy, options, sizes, tuple(args.pin),
                               max_running=engine_config.max_num_seqs, input_limits=input_limits,
-                              routing=routing, drift_config=drift_config)
+                              routing=routing, drift_config=drift_config, batch_config=batch_config)
     except LedgerError as e:
         raise SystemExit(f"--ledger-url: {e}") from e
     except LimitsUnavailable as e:

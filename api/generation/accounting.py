@@ -71,6 +71,9 @@ class RequestAccount:
     cleanups: list[Callable[[RequestAccount], None]] = field(default_factory=list)
     after_record: list[Callable[[], None]] = field(default_factory=list)
     closed: bool = False
+    # Queued work's ledger key (a batch line's, an async job's): the attempt that succeeds is billed under it, at
+    # most once however often the work is resumed; an attempt that ends otherwise leaves no ledger row.
+    billing_key: str | None = None
 
     def on_tokens(self, count: int) -> None:
         """`count` tokens handed to the client now; one engine step's worth."""
@@ -113,14 +116,17 @@ class RequestAccount:
             except Exception:
                 logger.exception("cleanup of request %s failed", self.request_id)
         now = time.monotonic()
+        request_id, billing = self.request_id, "row"
+        if self.billing_key is not None:
+            request_id, billing = (self.billing_key, "once") if status == 200 else (self.request_id, "none")
         outcome = RequestOutcome(
-            request_id=self.request_id, tenant=self.tenant, priority=self.priority, model=self.model,
+            request_id=request_id, tenant=self.tenant, priority=self.priority, model=self.model,
             version=self.version, status=status, prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens, queue_seconds=self.queue_seconds,
             ttft_seconds=None if self.first_token_at is None else self.first_token_at - self.arrival,
             e2e_seconds=now - self.arrival, inter_token_seconds=tuple(self.gaps),
             price_usd=self.price_of(self.prompt_tokens, self.completion_tokens), cost_usd=self.cost_usd,
-            finished_at=time.time(), route=self.route,
+            finished_at=time.time(), route=self.route, billing=billing,
         )
         return outcome
 

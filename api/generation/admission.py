@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from api.auth import Caller
 from api.errors import overloaded
 from api.generation.accounting import RequestAccount
@@ -23,5 +25,14 @@ class EngineAdmission:
                 ticket = await self.queue.acquire(caller.tenant, self.tenancy.weight_of(caller.tenant), sequences)
             except QueueFull as e:
                 raise overloaded("The server's admission queue is full; retry later.", e.retry_after_s) from e
+        account.queue_seconds = ticket.queue_seconds
+        account.cleanups.append(lambda a: self.queue.release(ticket))
+
+    async def enter_background(self, caller: Caller, sequences: int, account: RequestAccount,
+                               preempt: Callable[[], None]) -> None:
+        """A batch line's slots: waits, unbounded, for capacity live traffic leaves free. `preempt` is called
+        when a live request needs the slots back; the line must then stop (closing its account frees them)."""
+        with self.tracing.span("admission.background", tenant=caller.tenant):
+            ticket = await self.queue.acquire_background(caller.tenant, sequences, preempt)
         account.queue_seconds = ticket.queue_seconds
         account.cleanups.append(lambda a: self.queue.release(ticket))

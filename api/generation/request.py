@@ -38,7 +38,8 @@ from api.observability.tracing import Tracing, traced
 from api.routing.shadow import ShadowRunner
 from api.routing.traffic import TrafficRouter
 from api.tenancy.billing import LedgerWriter
-from api.tenancy.config import TenancyConfig
+from api.tenancy.config import BATCH_PRIORITY, TenancyConfig
+from api.tenancy.pricing import PriceTable
 from engine.types import ChoiceDelta, EngineClient
 
 SERVED_MODEL_HEADER = "x-loraplex-model"
@@ -72,6 +73,17 @@ class Reply:
 
 
 @dataclass(frozen=True)
+class BatchLane:
+    """Queued work through the same pipeline as a live request, billed at most once under `billing_key` however
+    often it is retried or resumed. A batch line (`preempt` given) runs at background priority (`preempt` stops
+    it when live traffic needs its slots) and is billed at the tenant's batch discount; an async job
+    (`preempt` None) is admitted and priced like a live request."""
+
+    billing_key: str
+    preempt: Callable[[], None] | None = None
+
+
+@dataclass(frozen=True)
 class Pipeline:
     """The server parts a generation request passes through, in order."""
 
@@ -89,6 +101,7 @@ class Pipeline:
     cache_salts: CacheSalts
     router: TrafficRouter
     shadows: ShadowRunner
+    prices: PriceTable
     drift: DriftMonitor | None = None  # None: no drift monitoring
 
 
@@ -146,8 +159,17 @@ class GenerationService(ABC, Generic[Req]):
                       deltas: AsyncIterator[ChoiceDelta], account: RequestAccount) -> BaseModel:
         """The whole response object."""
 
-    async def create(self, req: Req, caller: Caller, request_id: str) -> Reply:
-        """Resolves, admits and runs the request. The account closes exactly once on every path."""
+    async def check(self, req: Req, caller: Caller) -> int:
+        """What `create` checks before admission, running nothing: `model` resolves for this caller and the
+        engine calls can be prepared (prompt, output budget). Returns the tokens admission would reserve."""
+        p = self.pipeline
+        p.resolver.resolve(req.model, visibility_of(p.tenancy, caller))
+        tenant_cap = p.tenancy.tenant(caller.tenant).limits.max_tokens
+        return Prepared(await self.prepare(req, f"{self.response_prefix}-check", tenant_cap)).reserve_tokens
+
+    async def create(self, req: Req, caller: Caller, request_id: str, lane: BatchLane | None = None) -> Reply:
+        """Resolves, admits and runs the request (a batch line when `lane` is given). The account closes exactly
+        once on every path."""
         p = self.pipeline
         if p.lifecycle.draining:
             raise OpenAIError(503, "The server is shutting down.", code="draining")
@@ -157,6 +179,8 @@ class GenerationService(ABC, Generic[Req]):
                               headers={"Retry-After": str(BILLING_RETRY_AFTER_S)})
         response_id = f"{self.response_prefix}-{uuid.uuid4().hex}"
         account = p.accounts.open(request_id or response_id, caller)
+        if lane is not None:
+            self._as_batch_line(account, lane)
         async with closes_on_failure(account):
             may_use = visibility_of(p.tenancy, caller)
             served = p.resolver.resolve(req.model, may_use)
@@ -165,9 +189,16 @@ class GenerationService(ABC, Generic[Req]):
             account.model, account.version = route.primary.name, route.primary.version
             tenant_cap = p.tenancy.tenant(caller.tenant).limits.max_tokens
             prepared = Prepared(await self.prepare(req, response_id, tenant_cap))
-            limit_headers = await p.limits.admit(caller, prepared.reserve_tokens, prepared.sequences,
-                                           req.output_limit().param, account)
-            await p.admission.enter(caller, prepared.sequences, account)
+            limit_param = req.output_limit().param
+            if lane is None or lane.preempt is None:
+                limit_headers = await p.limits.admit(caller, prepared.reserve_tokens, prepared.sequences,
+                                                     limit_param, account)
+                await p.admission.enter(caller, prepared.sequences, account)
+            else:
+                # Slots first: a batch line waiting for capacity holds none of its tenant's concurrency or tokens.
+                await p.admission.enter_background(caller, prepared.sequences, account, lane.preempt)
+                limit_headers = await p.limits.admit(caller, prepared.reserve_tokens, prepared.sequences,
+                                                     limit_param, account)
             adapter = await p.router.enter(route, p.loader, account)
             served = route.served
             account.model, account.version, account.route = served.name, served.version, route.ledger_route()
@@ -177,7 +208,7 @@ class GenerationService(ABC, Generic[Req]):
             calls = run_calls(self.engine, adapter, prepared.calls, account, p.cache_salts.salt_of(caller.tenant))
             if route.rollout is not None:
                 calls = p.router.tap(route, calls)
-            if p.drift is not None:
+            if p.drift is not None and lane is None:  # batch lines are not live traffic
                 calls = watched(calls, p.drift, served.name, served.version,
                                 [(c.choice_offset, len(c.prompt_token_ids)) for c in prepared.calls])
             deltas = traced(calls, p.tracing, "engine.generate", model=served.id, tenant=caller.tenant,
@@ -193,3 +224,12 @@ class GenerationService(ABC, Generic[Req]):
                 raise
         await account.close(200)
         return Reply(response, headers)
+
+    def _as_batch_line(self, account: RequestAccount, lane: BatchLane) -> None:
+        account.billing_key = lane.billing_key
+        if lane.preempt is None:
+            return
+        full_price = account.price_of
+        discount = self.pipeline.prices.batch_discount(account.tenant)
+        account.priority = BATCH_PRIORITY
+        account.price_of = lambda p, c: full_price(p, c) * (1.0 - discount)

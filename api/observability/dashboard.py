@@ -15,6 +15,8 @@ Shape (every number may be null where there is no traffic):
            "totals": {"requests", "errors", "prompt_tokens", "completion_tokens", "cost_usd", "price_usd",
                       "cost_per_1k_tokens_usd", "price_per_1k_tokens_usd"}}
 Tenant and model names are the bounded metric labels, so at most top_n rows plus `other`.
+`api/server.py` adds "batches": [{"id", "tenant", "status", "endpoint", "total", "finished", "failed"}], the
+newest 20.
 """
 
 from __future__ import annotations

@@ -28,6 +28,10 @@ class RequestOutcome:
     cost_usd: float  # measured compute cost attributed to this request
     finished_at: float  # unix time
     route: str = ""  # routing policy and arm, and the fallback taken if any ("canary;arm=candidate;rollout=3")
+    # How the usage ledger takes it: "row", one row per request (a reused id gets a row of its own); "once",
+    # `request_id` is a stable key of the work (a batch line's) and a second row under it, a line run again after
+    # a crash, is dropped; "none", no row (a batch line's attempt stopped before it finished: it runs again).
+    billing: str = "row"
 
     @property
     def model_version(self) -> str:

@@ -34,6 +34,14 @@ class EngineGauges(NamedTuple):
     generation_tokens: int  # counter: every token the engine generated, delivered or not
 
 
+class BatchGauges(NamedTuple):
+    batches: Mapping[str, int]  # by status, every batch in the store
+    lines: Mapping[str, int]  # by state, lines of unfinished batches
+    running_lines: int  # holding engine slots
+    waiting_lines: int  # in flight, waiting for capacity live traffic leaves free
+    preemptions: int  # counter: batch lines stopped to give their slots to live requests
+
+
 class AdmissionCounts(NamedTuple):
     queued: int
     running: int
@@ -55,6 +63,7 @@ class Metrics:
         self._totals: dict[tuple[str, str], UsageTotals] = {}  # (tenant label, model@version label)
         self._engine_source: Callable[[], EngineGauges] | None = None
         self._admission_source: Callable[[], Mapping[str, AdmissionCounts]] | None = None
+        self._batch_source: Callable[[], BatchGauges] | None = None
 
         def hist(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
             return Histogram(name, doc, LABELS, buckets=buckets, registry=r)
@@ -152,6 +161,9 @@ class Metrics:
     def set_engine_source(self, source: Callable[[], EngineGauges]) -> None:
         self._engine_source = source
 
+    def set_batch_source(self, source: Callable[[], BatchGauges]) -> None:
+        self._batch_source = source
+
     def set_admission_source(self, source: Callable[[], Mapping[str, AdmissionCounts]]) -> None:
         """`source()` maps raw tenant names to their queued and running requests."""
         self._admission_source = source
@@ -217,6 +229,26 @@ class Metrics:
                 running.add_metric((tenant,), n)
             yield queued
             yield running
+        if self._batch_source is not None:
+            yield from _batch_families(self._batch_source())
+
+
+def _batch_families(gauges: BatchGauges) -> Iterator[Metric]:
+    batches = GaugeMetricFamily("loraplex_batches", "Batches by status.", labels=("status",))
+    for status, n in sorted(gauges.batches.items()):
+        batches.add_metric((status,), n)
+    lines = GaugeMetricFamily("loraplex_batch_lines", "Lines of unfinished batches by state (pending, done, "
+                              "failed, cancelled, expired).", labels=("state",))
+    for state, n in sorted(gauges.lines.items()):
+        lines.add_metric((state,), n)
+    yield batches
+    yield lines
+    yield GaugeMetricFamily("loraplex_batch_running_lines", "Batch lines holding engine slots.",
+                            value=gauges.running_lines)
+    yield GaugeMetricFamily("loraplex_batch_waiting_lines", "Batch lines waiting for capacity live traffic leaves "
+                            "free.", value=gauges.waiting_lines)
+    yield CounterMetricFamily("loraplex_batch_preemptions", "Batch lines stopped to give their engine slots to "
+                              "live requests (each runs again later).", value=gauges.preemptions)
 
 
 class _ScrapeTimeCollector:

@@ -144,6 +144,10 @@ class Ticket:
     queue_seconds: float = 0.0
     granted_at: float = 0.0
     released: bool = False
+    # A batch line's ticket: runs only on slots live traffic leaves free; `preempt` makes its holder give it back.
+    background: bool = False
+    preempt: Callable[[], None] | None = None
+    preempted: bool = False
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,7 @@ class AdmissionStats:
     max_queued: int
     running_by_tenant: dict[str, int]
     queued_by_tenant: dict[str, int]
+    background_running: int = 0  # of `running`: slots held by batch lines
 
 
 class FairAdmission:
@@ -170,6 +175,14 @@ class FairAdmission:
     at a time has no claim between requests; its next request is still first in line for the next free slot.
     `reserve_window_s` 0 turns claims off (plain work-conserving fair queueing).
 
+    Background tickets (batch lines, `acquire_background`) take slots only when no live request waits, and
+    while live requests run at most `max_background_with_live` slots in all (0: none, so the engine serves the
+    live requests alone). A live request that arrives preempts the background tickets over that allowance, and
+    those whose slots it needs, newest first. After live traffic, background tickets wait until no live request
+    has run for `background_quiet_s`, so a steady trickle of live requests is not met by batch lines restarting
+    (and being preempted again) in every gap between them. Background slots count against `max_running` but not
+    in any tenant's fair share.
+
     Cancellation-safe: a waiter cancelled before its grant leaves the queue, one cancelled after its
     grant hands the slot on. Single event loop; not thread-safe.
     """
@@ -178,8 +191,9 @@ class FairAdmission:
 
     def __init__(self, max_running: int, max_queued: int, clock: Callable[[], float] = time.monotonic,
                  reserve_window_s: float = 0.0, max_queued_per_tenant: int | None = None,
-                 max_queue_wait_s: float | None = None):
-        if max_running <= 0 or max_queued < 0 or reserve_window_s < 0:
+                 max_queue_wait_s: float | None = None, max_background_with_live: int = 0,
+                 background_quiet_s: float = 0.0):
+        if max_running <= 0 or max_queued < 0 or reserve_window_s < 0 or max_background_with_live < 0:
             raise ValueError(f"need max_running > 0, max_queued >= 0 and reserve_window_s >= 0, got "
                              f"{max_running}, {max_queued}, {reserve_window_s}")
         self.max_running = max_running
@@ -197,6 +211,13 @@ class FairAdmission:
         self._mean_hold_s = 1.0
         self._reserving = False  # free slots are held for a waiter that needs more of them
         self._wait_listeners: list[Callable[[], None]] = []
+        self.max_background_with_live = max_background_with_live
+        self.background_quiet_s = background_quiet_s
+        self._last_live = -math.inf  # when a live request last ran (clock)
+        self._quiet_wake: asyncio.TimerHandle | None = None
+        self._background: list[Ticket] = []  # granted, in grant order
+        self._background_slots = 0
+        self._background_waiters: list[asyncio.Future] = []
 
     @property
     def running(self) -> int:
@@ -207,6 +228,8 @@ class FairAdmission:
         `max_queued_per_tenant` of this tenant's) already wait."""
         started = self._clock()
         ticket = Ticket(tenant, slots=max(1, min(slots, self.max_running)))
+        self._last_live = started
+        self._yield_background(ticket.slots)
         self._weights[tenant] = weight
         self._dispatch()  # claims may have lapsed since the last event
         may_start = self._verdicts(started, joining=tenant)
@@ -232,6 +255,7 @@ class FairAdmission:
             elif self._queue.remove(entry):
                 self._forget_if_idle(tenant)
                 self._dispatch()  # a claim may have gone with it
+                self._wake_background()
             raise
         ticket.queue_seconds = ticket.granted_at - started
         return ticket
@@ -250,24 +274,100 @@ class FairAdmission:
         """`listener()` runs whenever a request has to wait for a slot."""
         self._wait_listeners.append(listener)
 
+    async def acquire_background(self, tenant: str, slots: int, preempt: Callable[[], None]) -> Ticket:
+        """Waits until `slots` slots are free of live demand (see the class notes), then holds them. `preempt`
+        is called at most once, when a live request needs them back: the holder must then `release`."""
+        started = self._clock()
+        ticket = Ticket(tenant, slots=max(1, min(slots, self.max_running)), background=True, preempt=preempt)
+        while not self.background_may_start(ticket.slots):
+            if self._total_running == self._background_slots:
+                self._wake_when_quiet()  # waiting only for the quiet period, perhaps
+            future: asyncio.Future = asyncio.get_running_loop().create_future()
+            self._background_waiters.append(future)
+            try:
+                await future
+            finally:
+                if future in self._background_waiters:
+                    self._background_waiters.remove(future)
+        ticket.granted_at = self._clock()
+        ticket.queue_seconds = ticket.granted_at - started
+        self._background.append(ticket)
+        self._background_slots += ticket.slots
+        self._total_running += ticket.slots
+        return ticket
+
+    def background_may_start(self, slots: int) -> bool:
+        if self._queue or self._reserving or self.max_running - self._total_running < slots:
+            return False
+        live = self._total_running - self._background_slots
+        if live == 0 and self._clock() - self._last_live >= self.background_quiet_s:
+            return True
+        return self._background_slots + slots <= self.max_background_with_live
+
+    def _yield_background(self, slots: int) -> None:
+        """A live request of `slots` arrived: preempt what it needs, newest background ticket first."""
+        held = [t for t in self._background if not t.preempted]
+        kept = sum(t.slots for t in held)
+        free = self.max_running - self._total_running + sum(t.slots for t in self._background if t.preempted)
+        for ticket in reversed(held):
+            if kept <= self.max_background_with_live and free >= slots:
+                break
+            ticket.preempted = True
+            kept -= ticket.slots
+            free += ticket.slots
+            if ticket.preempt is not None:
+                ticket.preempt()
+
+    def _wake_background(self) -> None:
+        if self._background_waiters and self._total_running == self._background_slots:
+            self._wake_when_quiet()
+        if self._background_waiters and self.background_may_start(1):
+            waiters, self._background_waiters = self._background_waiters, []
+            for future in waiters:
+                if not future.done():
+                    future.set_result(None)
+
+    def _wake_when_quiet(self) -> None:
+        """Background waiters get another look once the quiet period after the last live request has passed."""
+        left = self.background_quiet_s - (self._clock() - self._last_live)
+        if left <= 0 or self._quiet_wake is not None:
+            return
+        try:
+            self._quiet_wake = asyncio.get_running_loop().call_later(left, self._on_quiet)
+        except RuntimeError:  # no running loop: the next release wakes them
+            return
+
+    def _on_quiet(self) -> None:
+        self._quiet_wake = None
+        self._wake_background()
+
     def release(self, ticket: Ticket) -> None:
         """Give the slot to the next waiter in fair order; releasing twice does nothing."""
         if ticket.released:
             return
         ticket.released = True
-        held = self._clock() - ticket.granted_at
+        if ticket.background:
+            self._background.remove(ticket)
+            self._background_slots -= ticket.slots
+            self._total_running -= ticket.slots
+            self._dispatch()
+            self._wake_background()
+            return
+        self._last_live = self._clock()
+        held = self._last_live - ticket.granted_at
         self._mean_hold_s += self._HOLD_SMOOTHING * (held - self._mean_hold_s)
         self._running[ticket.tenant] -= ticket.slots
         self._total_running -= ticket.slots
         self._note_demand(ticket.tenant)
         self._forget_if_idle(ticket.tenant)
         self._dispatch()
+        self._wake_background()
 
     def stats(self) -> AdmissionStats:
         return AdmissionStats(
             running=self.running, max_running=self.max_running, queued=len(self._queue),
             max_queued=self.max_queued, running_by_tenant={t: n for t, n in self._running.items() if n},
-            queued_by_tenant=self._queue.queued(),
+            queued_by_tenant=self._queue.queued(), background_running=self._background_slots,
         )
 
     def _grant(self, ticket: Ticket, now: float) -> None:

@@ -54,7 +54,9 @@ class LedgerWriter:
             self._blocked = frozenset(o.tenant for o, _ in self._pending)
 
     def _write(self, outcome: RequestOutcome, finish: str) -> None:
-        if not self.ledger.record(outcome, finish):
+        if outcome.billing == "none":
+            return
+        if not self.ledger.record(outcome, finish) and outcome.billing == "row":
             suffixed = dataclasses.replace(outcome, request_id=f"{outcome.request_id}#{uuid.uuid4().hex[:12]}")
             self.ledger.record(suffixed, finish)
 

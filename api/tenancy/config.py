@@ -19,6 +19,7 @@ from api.observability.slo import DEFAULT_SLO, SloTargets
 KEY_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 DEFAULT_CLASS = "standard"
+BATCH_PRIORITY = "batch"  # the priority of batch lines in the ledger and logs; no class may take the name
 OPEN_TENANT = "default"
 
 
@@ -63,6 +64,9 @@ class PricingConfig(_Strict):
         "(tenant) or means free (server).")
     models: dict[str, TokenPrices] = Field(
         default_factory=dict, description="Prices by base model id or adapter name.")
+    batch_discount: float | None = Field(
+        default=None, ge=0, le=1, description="Fraction taken off the price of batch lines (0.5: half price); "
+        "unset falls through (tenant) or means 0.5 (server), OpenAI's batch discount.")
 
 
 class AdmissionConfig(_Strict):
@@ -85,6 +89,15 @@ class AdmissionConfig(_Strict):
         description="A tenant with requests in flight keeps free slots up to the smaller of its fair share and "
                     "its peak concurrency over this many seconds; others borrow only the rest. 0: no claims "
                     "(fully work-conserving fair queueing).")
+    max_batch_running_with_live: int = Field(
+        default=0, ge=0,
+        description="Slots batch lines may keep while live requests run; the rest are preempted when a live "
+                    "request arrives. 0: batch lines run only on an engine with no live request (on a CPU, where "
+                    "any batch work slows live steps); raise it on an accelerator with headroom.")
+    batch_quiet_s: float = Field(
+        default=2.0, ge=0,
+        description="Batch lines take free slots only once no live request has run for this long, so a steady "
+                    "trickle of live requests does not preempt batch lines restarted in every gap between them.")
 
 
 class PriorityClass(_Strict):
@@ -104,6 +117,9 @@ class TenantLimits(_Strict):
     tokens_per_day: int | None = Field(default=None, gt=0, description="Tokens per UTC calendar day.")
     tokens_per_month: int | None = Field(default=None, gt=0, description="Tokens per UTC calendar month.")
     max_tokens: int | None = Field(default=None, gt=0, description="Cap on `max_tokens` of one request.")
+    max_batch_queued_tokens: int | None = Field(
+        default=None, gt=0, description="Tokens (prompt plus output budget) of unfinished batch lines at once; "
+        "a batch that would pass it fails validation with `token_limit_exceeded`.")
 
 
 class TenantConfig(_Strict):
@@ -237,6 +253,8 @@ def _cross_field_problems(data: dict) -> list[str]:
     problems = []
     classes = data.get("priority_classes", {DEFAULT_CLASS: None})
     class_names = set(classes) if isinstance(classes, dict) else None
+    if class_names is not None and BATCH_PRIORITY in class_names:
+        problems.append(f"priority_classes.{BATCH_PRIORITY}: the name is reserved for batch lines")
     tenants = data.get("tenants")
     if not isinstance(tenants, list):
         return problems

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from api.tenancy.config import FREE, PricingConfig, TenancyConfig, TokenPrices
 
 PER = 1_000_000
+DEFAULT_BATCH_DISCOUNT = 0.5
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,14 @@ class PriceTable:
     def price(self, tenant: str, model: str, prompt_tokens: int, completion_tokens: int) -> float:
         r = self.rates(tenant, model)
         return (prompt_tokens * r.prompt_per_million + completion_tokens * r.completion_per_million) / PER
+
+    def batch_discount(self, tenant: str) -> float:
+        """Fraction off batch lines' prices: the tenant's, else the server's, else OpenAI's 0.5."""
+        override = self._tenant_pricing(tenant)
+        for pricing in (override, self._config.pricing):
+            if pricing is not None and pricing.batch_discount is not None:
+                return pricing.batch_discount
+        return DEFAULT_BATCH_DISCOUNT
 
     def _tenant_pricing(self, tenant: str) -> PricingConfig | None:
         try:

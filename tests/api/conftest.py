@@ -11,6 +11,7 @@ import pytest
 from adapters.base_model import base_model_spec
 from adapters.registry import Registry, RegistryConfig
 from api.app import create_app
+from api.batch.config import BatchConfig
 from api.server import ServingOptions, build_server
 from api.tenancy.config import TenancyConfig
 from engine.types import ChoiceDelta, EngineError, EngineLoad
@@ -93,7 +94,10 @@ def make_fake_server(fake_engine, demo_assets, tmp_path):
         config = RegistryConfig(store_uri=str(tmp_path / "blobs"), index_url=str(tmp_path / "index.sqlite"))
         registry = Registry.from_config(config, base, max_lora_rank=64)
         options = ServingOptions(ledger_url=str(tmp_path / "usage.sqlite"))
-        return build_server(fake_engine, registry, TenancyConfig.open_default(), options, None, **kwargs)
+        kwargs.setdefault("batch_config", BatchConfig(batch_store_path=str(tmp_path / "batches.sqlite"),
+                                                      files_store_uri=str(tmp_path / "files")))
+        tenancy = kwargs.pop("tenancy", TenancyConfig.open_default())
+        return build_server(fake_engine, registry, tenancy, options, None, **kwargs)
 
     return make
 

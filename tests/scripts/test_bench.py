@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 import bench  # noqa: E402
+import bench_batch  # noqa: E402
 import bench_kernels  # noqa: E402
 import bench_servers  # noqa: E402
 import bench_state  # noqa: E402
@@ -20,7 +21,8 @@ from bench_report import markdown_table, replace_section, write_run  # noqa: E40
 
 
 @pytest.mark.parametrize("argv,expected", [
-    ([], ["overhead", "lora-scaling", "tiers", "noisy-neighbour", "baseline-hf", "kernels", "state", "routing"]),
+    ([], ["overhead", "lora-scaling", "tiers", "noisy-neighbour", "baseline-hf", "batch", "kernels", "state",
+          "routing"]),
     (["tiers", "kernels"], ["tiers", "kernels"]),
 ])
 def test_scenarios_parse(argv, expected):
@@ -107,6 +109,23 @@ def test_scenario_tables_on_fixtures(tmp_path):
     assert rows[1] == ["3 adapters r16", "-", 10, 40, 0.1, 0.4, 4.0]
     bench_kernels.plot(KERNEL_FIXTURE, tmp_path / "k.png")
     assert (tmp_path / "k.png").stat().st_size > 0
+
+
+BATCH_FIXTURE = {
+    "live_rate_per_s": 2.0, "live_tokens": 32, "rounds": 2,
+    "ttft": {"alone": {"requests": 32, "ttft_p50_ms": 20.0, "ttft_p95_ms": 40.0, "ttft_p99_ms": 50.0},
+             "with_batch": {"requests": 32, "ttft_p50_ms": 22.0, "ttft_p95_ms": 44.0, "ttft_p99_ms": None},
+             "p95_with_vs_alone": 1.1, "batch_lines_done_during_live": 7, "batch_preemptions_during_live": 30.0},
+    "throughput": {"prompts": 64, "output_tokens_each": 64, "live_tok_s": [900.0, 1100.0], "batch_tok_s": [950.0],
+                   "live_tok_s_mean": 1000.0, "batch_tok_s_mean": 950.0, "batch_vs_live": 0.95},
+}
+
+
+def test_batch_tables_on_fixture():
+    (caption, _, ttft), (tp_caption, _, tp) = bench_batch.tables(BATCH_FIXTURE)
+    assert "1.10" in caption and "preempted: 30" in caption
+    assert ttft == [["live alone", 32, 20, 40, 50], ["live beside a running batch", 32, 22, 44, "-"]]
+    assert "0.95" in tp_caption and tp[0][1:] == [1000, "900, 1100"]
 
 
 def test_zipf_schedule_is_seeded_and_skewed():

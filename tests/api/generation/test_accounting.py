@@ -61,3 +61,16 @@ async def test_the_record_is_written_off_the_event_loop():
     acc = RequestAccount(OutcomeSink([lambda outcome, finish: threads.append(threading.get_ident())]), "r1")
     await acc.close(200)
     assert threads and threads[0] != loop_thread
+
+
+@pytest.mark.parametrize(("billing_key", "status", "request_id", "billing"), [
+    ("batch_1:4", 200, "batch_1:4", "once"),  # the attempt that produced the line's result: billed once, its key
+    ("batch_1:4", 499, "attempt-2", "none"),  # preempted: it runs again, no ledger row
+    ("batch_1:4", 429, "attempt-2", "none"),
+    (None, 200, "attempt-2", "row"),  # a live request
+    (None, 499, "attempt-2", "row"),
+])
+def test_queued_work_is_billed_only_for_its_successful_attempt(billing_key, status, request_id, billing):
+    acc = RequestAccount(OutcomeSink([]), "attempt-2", billing_key=billing_key, price_of=lambda p, c: 5.0)
+    outcome = acc.finish(status)
+    assert (outcome.request_id, outcome.billing, outcome.price_usd) == (request_id, billing, 5.0)

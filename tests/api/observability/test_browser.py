@@ -52,6 +52,8 @@ def fixed_data(outcome) -> bytes:
                       "shadow": {"completed": 4, "exact_match_rate": 0.75}}],
         "breakers": {"sql@2": "open"},
     }
+    data["batches"] = [{"id": "batch_1", "tenant": "acme", "status": "in_progress", "endpoint": "/v1/completions",
+                        "total": 40, "finished": 12, "failed": 1}]
     return json.dumps(data).encode()
 
 
@@ -236,6 +238,8 @@ def test_dashboard_renders_rows_in_chromium(server, tmp_path):
     assert dom.cell(drifted, "status")[1] == "drift"
     assert dom.cell({"data-drift": "sql@1"}, "status")[1] == "filling"
     assert dom.ids["drift-threshold"] == "0.2"
+    batch = {"data-batch": "batch_1", "data-status": "in_progress"}
+    assert (dom.cell(batch, "finished")[1], dom.cell(batch, "failed")[1]) == ("12 / 40", "1")
     assert dom.ids["last-updated"] != "never"
     assert not dom.ids.get("error")
     candidate = {"data-rollout": "3", "data-arm": "candidate"}

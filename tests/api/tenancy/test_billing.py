@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from api.observability.outcome import RequestOutcome
@@ -69,6 +71,15 @@ def test_a_reused_request_id_gets_its_own_row(ledger):
     writer.record(outcome("dup"), "completed")
     ids = [r["request_id"] for r in ledger.query()]
     assert len(ids) == 2 and ids[0] == "dup" and ids[1].startswith("dup#")
+
+
+def test_a_once_row_is_written_once_and_a_none_row_never(ledger):
+    writer = LedgerWriter(ledger)
+    once = dataclasses.replace(outcome("batch_1:7"), billing="once")
+    writer.record(once, "completed")
+    writer.record(dataclasses.replace(once, prompt_tokens=99), "completed")  # the same line, resumed
+    writer.record(dataclasses.replace(outcome("batch_1:8#a1"), billing="none", status=499), "aborted")
+    assert [(r["request_id"], r["prompt_tokens"]) for r in ledger.query()] == [("batch_1:7", 3)]
 
 
 def test_rows_unwritten_at_shutdown_are_written_at_the_next_start(tmp_path, monkeypatch):

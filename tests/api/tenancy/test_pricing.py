@@ -45,6 +45,19 @@ def test_price(table, tenant, model, prompt, completion, usd):
     assert table.price(tenant, model, prompt, completion) == pytest.approx(usd)
 
 
+@pytest.mark.parametrize(("server", "tenant", "discount"), [
+    (None, None, 0.5),  # OpenAI's batch discount
+    (0.2, None, 0.2),
+    (0.2, 0.0, 0.0),  # the tenant's, even none
+    (None, 0.75, 0.75),
+])
+def test_batch_discount_precedence(server, tenant, discount):
+    pricing = {} if server is None else {"batch_discount": server}
+    override = {} if tenant is None else {"pricing": {"batch_discount": tenant}}
+    table = PriceTable(parse_tenancy_config({"pricing": pricing, "tenants": [{"name": "t", **override}]}))
+    assert table.batch_discount("t") == discount
+
+
 def test_without_prices_everything_is_free():
     table = PriceTable(TenancyConfig.open_default())
     assert table.rates("default", "m") == Rates(0.0, 0.0)
