@@ -7,7 +7,6 @@ import torch
 from vllm.lora.punica_wrapper import punica_cpu
 
 from engine.worker import punica
-from engine.worker.batch_plan import plan_batch
 from engine.worker.punica import make_grouped_wrapper
 from tests.engine.worker.reference import reference_lora
 
