@@ -26,7 +26,7 @@ def main() -> int:
     arch = os.environ.get("LORAPLEX_KERNEL_ARCH", "native")
     extension = CppExtension(
         "engine.worker._lora_kernel", [str(SOURCE.relative_to(REPO))],
-        extra_compile_args=["-O3", f"-march={arch}", "-fopenmp", "-fno-math-errno"],
+        extra_compile_args=["-O3", f"-march={arch}", "-mprefer-vector-width=512", "-fopenmp", "-fno-math-errno"],
         extra_link_args=["-fopenmp"],
     )
     os.chdir(REPO)

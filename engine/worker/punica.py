@@ -5,11 +5,12 @@ run a batched einsum, so cost grows with tokens x matrix size. Here the batch is
 step (`engine.worker.batch_plan`): one matmul per distinct adapter and module, tokens without an adapter
 are skipped (so vllm#48421's leak cannot happen), and a batch without adapters does no LoRA work at all.
 
+`add_lora_embedding` is grouped too, and skipped when no adapter targets the embeddings.
 `add_lora_linear` and `add_lora_logits` run the native kernel (`engine.worker.native_ops`, one C++ call per
 module) when it was built at install; otherwise, and for `add_shrink` / `add_expand` called on their own (sharded
 layers), the eager grouped ops: with one intermediate buffer tensor (every vLLM caller on this path)
-`engine.worker.fused_ops`'s one batched matmul per module. Which one runs is logged at start. Embedding and
-full-linear LoRA keep vLLM's ops, which `engine.worker.isolation` guards.
+`engine.worker.fused_ops`'s one batched matmul per module. Which one runs is logged at start. Other LoRA ops
+keep vLLM's, which `engine.worker.isolation` guards.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from vllm.logger import init_logger
 
 from engine.worker import native_ops
 from engine.worker.batch_plan import BatchPlan, Segments, plan_batch, segments
-from engine.worker.fused_ops import FusedWeightCache, fused_expand, fused_shrink
+from engine.worker.fused_ops import FusedWeightCache, ZeroWeights, fused_expand, fused_shrink
 from engine.worker.grouped_ops import grouped_expand, grouped_shrink
 from engine.worker.native_ops import PreparedCache, native_lora_linear
 
@@ -41,7 +42,8 @@ VERIFIED_VLLM_VERSIONS = frozenset({"0.32.0"})
 
 def make_grouped_wrapper(base: type, native: bool = False) -> type:
     """A subclass of vLLM's PunicaWrapperCPU whose linear LoRA ops are grouped by adapter; with `native`,
-    `add_lora_linear` and `add_lora_logits` run the native kernel."""
+    `add_lora_embedding` is grouped too, and skipped when no adapter targets the embeddings.
+`add_lora_linear` and `add_lora_logits` run the native kernel."""
 
     class GroupedPunicaWrapperCPU(base):
         _plan: BatchPlan = BatchPlan((), None)
@@ -122,6 +124,15 @@ def make_grouped_wrapper(base: type, native: bool = False) -> type:
                 buffer = torch.zeros(shape, dtype=torch.float32)
             self.add_shrink(buffer, x, lora_a_stacked, scale)
             self.add_expand(y, buffer, lora_b_stacked, output_slices, add_inputs=True)
+
+        def add_lora_embedding(self, y, x, lora_b_stacked, add_inputs=True, **kwargs):
+            """Embedding LoRA: nothing when no adapter in the batch targets the embeddings (their stacked B is all
+            zero), else one matmul per adapter (x: [tokens, rank] rows of the stacked embedding A)."""
+            if not self._plan.groups or self.__dict__.setdefault("_zero", ZeroWeights())(lora_b_stacked):
+                return
+            flat = y.view(-1, y.shape[-1])
+            grouped_expand(flat, x.view(-1, x.shape[-1]), lora_b_stacked, self._plan_for(flat), 0, flat.shape[1],
+                           add_inputs)
 
         def add_lora_logits(self, y, x, lora_a_stacked, lora_b_stacked, scale, *, buffer=None, **kwargs):
             """Per sequence (sampler indices), not per token; a batch without adapters, or adapters that do

@@ -7,7 +7,7 @@
 // tokens without an adapter are in no segment and their rows of y are untouched. Weights are float32, prepared
 // by engine/worker/native_ops.py: a [S, N, R, H], bt [S, R, W] (B transposed, the N slices side by side), so
 // both loops run along contiguous memory and vectorise. x and y are float32 or bfloat16; sums are float32.
-// Work is split into (segment, token block, row or column block) items over ATen's intra-op thread pool.
+// Work is split into (segment, token block) items over ATen's intra-op thread pool.
 
 #include <torch/extension.h>
 
@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace {
@@ -23,25 +24,47 @@ namespace {
 constexpr int64_t kTokenBlock = 8;
 constexpr int64_t kRowBlock = 16;
 constexpr int64_t kColBlock = 256;
+// Below this many multiply-adds a call runs on the calling thread: waking the pool costs more than it saves.
+constexpr int64_t kInlineWork = 1 << 18;
 
 struct Item {
   int64_t segment, first, last;  // tokens [first, last) of `order`
-  int64_t lo, hi;                // rows of A (shrink) or columns of W (expand)
+  int64_t lo, hi;                // expand: columns of W
   int64_t slice;                 // expand: the slice the columns belong to
 };
+
+// bfloat16 <-> float by bits, so the loops vectorise (c10's conversions do not): widening is exact, narrowing
+// rounds to nearest even as c10::BFloat16 does, NaN stays NaN.
+inline float to_float(float v) { return v; }
+inline float to_float(c10::BFloat16 v) {
+  uint32_t bits = static_cast<uint32_t>(v.x) << 16;
+  float out;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+template <typename T>
+inline T from_float(float v);
+template <>
+inline float from_float<float>(float v) { return v; }
+template <>
+inline c10::BFloat16 from_float<c10::BFloat16>(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+  return c10::BFloat16(static_cast<uint16_t>(nan ? 0x7FC0u : rounded), c10::BFloat16::from_bits());
+}
 
 template <typename T>
 void gather_rows(const at::Tensor& x, const int64_t* order, int64_t count, float* out) {
   const int64_t hidden = x.size(1), stride = x.stride(0);
   const T* base = x.data_ptr<T>();
-  at::parallel_for(0, count, 64, [&](int64_t begin, int64_t end) {
-    for (int64_t m = begin; m < end; ++m) {
-      const T* src = base + order[m] * stride;
-      float* dst = out + m * hidden;
+  for (int64_t m = 0; m < count; ++m) {
+    const T* src = base + order[m] * stride;
+    float* dst = out + m * hidden;
 #pragma omp simd
-      for (int64_t k = 0; k < hidden; ++k) dst[k] = static_cast<float>(src[k]);
-    }
-  });
+    for (int64_t k = 0; k < hidden; ++k) dst[k] = to_float(src[k]);
+  }
 }
 
 // h[m, row] for tokens [first, last) and rows [lo, hi) of one slot's packed A ([N * R, H] row-major).
@@ -76,30 +99,40 @@ void shrink_block(const float* xg, const float* a, float* h, int64_t hidden, int
   }
 }
 
+// y rows of tokens [first, last) (their h rows), columns [lo, hi) of one slot's B^T ([R, W] row-major). Columns
+// go in chunks of kChunk held in registers across the rank loop; a partial last chunk takes the generic loop.
 template <typename T>
 void expand_block(const float* h, const float* bt, T* y, const int64_t* order, int64_t y_stride, int64_t h_stride,
                   int64_t width, int64_t rank, int64_t R, const Item& it, bool add_inputs) {
-  float acc[kTokenBlock][kColBlock];
-  const int64_t cols = it.hi - it.lo, tokens = it.last - it.first;
-  for (int64_t i = 0; i < tokens; ++i) std::fill(acc[i], acc[i] + cols, 0.f);
-  for (int64_t r = 0; r < rank; ++r) {
-    const float* b = bt + r * width + it.lo;
-    for (int64_t i = 0; i < tokens; ++i) {
-      const float hv = h[(it.first + i) * h_stride + it.slice * R + r];
-      float* a = acc[i];
+  constexpr int64_t kChunk = 64;
+  for (int64_t i = it.first; i < it.last; ++i) {
+    const float* hi = h + i * h_stride + it.slice * R;
+    T* out = y + order[i] * y_stride;
+    int64_t c0 = it.lo;
+    for (; c0 + kChunk <= it.hi; c0 += kChunk) {
+      float acc[kChunk] = {};
+      for (int64_t r = 0; r < rank; ++r) {
+        const float hv = hi[r];
+        const float* b = bt + r * width + c0;
 #pragma omp simd
-      for (int64_t c = 0; c < cols; ++c) a[c] += hv * b[c];
+        for (int64_t c = 0; c < kChunk; ++c) acc[c] += hv * b[c];
+      }
+#pragma omp simd
+      for (int64_t c = 0; c < kChunk; ++c) {
+        out[c0 + c] = from_float<T>((add_inputs ? to_float(out[c0 + c]) : 0.f) + acc[c]);
+      }
     }
-  }
-  for (int64_t i = 0; i < tokens; ++i) {
-    T* out = y + order[it.first + i] * y_stride + it.lo;
-    const float* a = acc[i];
-    if (add_inputs) {
-#pragma omp simd
-      for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(static_cast<float>(out[c]) + a[c]);
-    } else {
-#pragma omp simd
-      for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(a[c]);
+    const int64_t rest = it.hi - c0;
+    if (rest > 0) {
+      float acc[kChunk] = {};
+      for (int64_t r = 0; r < rank; ++r) {
+        const float hv = hi[r];
+        const float* b = bt + r * width + c0;
+        for (int64_t c = 0; c < rest; ++c) acc[c] += hv * b[c];
+      }
+      for (int64_t c = 0; c < rest; ++c) {
+        out[c0 + c] = from_float<T>((add_inputs ? to_float(out[c0 + c]) : 0.f) + acc[c]);
+      }
     }
   }
 }
@@ -137,54 +170,51 @@ void lora_linear(at::Tensor y, const at::Tensor& x, const at::Tensor& a, const a
   for (int64_t g = 0; g < G; ++g) check(slots[g] >= 0 && slots[g] < S, "slot out of range");
   for (int64_t m = 0; m < M; ++m) check(ord[m] >= 0 && ord[m] < x.size(0), "token row out of range");
 
-  at::Tensor xg = at::empty({M, H}, x.options().dtype(at::kFloat));
-  if (x.scalar_type() == at::kFloat) {
-    gather_rows<float>(x, ord, M, xg.data_ptr<float>());
-  } else {
-    gather_rows<c10::BFloat16>(x, ord, M, xg.data_ptr<float>());
-  }
-  const int64_t h_stride = N * R;
-  at::Tensor hbuf = at::empty({M, h_stride}, xg.options());
-  float* h = hbuf.data_ptr<float>();
-  const float* xp = xg.data_ptr<float>();
-  const float* ap = a.data_ptr<float>();
-  const float* bp = bt.data_ptr<float>();
-
-  std::vector<Item> shrink_items, expand_items;
+  // One item per (segment, token block): gather its x rows, shrink, expand. Items touch disjoint tokens, so one
+  // parallel region does everything; a small batch (a few decode tokens) runs inline, without waking threads.
+  std::vector<Item> items;
+  int64_t work = 0;
   for (int64_t g = 0; g < G; ++g) {
     const int64_t rank = std::min<int64_t>(rank_of[slots[g]], R);
     if (rank <= 0) continue;
     for (int64_t first = starts[g]; first < starts[g + 1]; first += kTokenBlock) {
-      const int64_t last = std::min(first + kTokenBlock, starts[g + 1]);
-      for (int64_t lo = 0; lo < N * R; lo += kRowBlock) shrink_items.push_back({g, first, last, lo, std::min(lo + kRowBlock, N * R), 0});
-      for (int64_t j = 0; j < N; ++j) {
-        for (int64_t lo = slice_bounds[j]; lo < slice_bounds[j + 1]; lo += kColBlock) {
-          expand_items.push_back({g, first, last, lo, std::min(lo + kColBlock, slice_bounds[j + 1]), j});
-        }
-      }
+      items.push_back({g, first, std::min(first + kTokenBlock, starts[g + 1]), 0, 0, 0});
     }
+    work += (starts[g + 1] - starts[g]) * rank * (N * H + W);
   }
+  const int64_t h_stride = N * R;
+  const float* ap = a.data_ptr<float>();
+  const float* bp = bt.data_ptr<float>();
   const float fscale = static_cast<float>(scale);
-  at::parallel_for(0, static_cast<int64_t>(shrink_items.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const Item& it = shrink_items[i];
-      const int64_t slot = slots[it.segment];
-      shrink_block(xp, ap + slot * N * R * H, h, H, h_stride, std::min<int64_t>(rank_of[slot], R), R, it.first,
-                   it.last, it.lo, it.hi, fscale);
-    }
-  });
   const int64_t y_stride = y.stride(0);
-  at::parallel_for(0, static_cast<int64_t>(expand_items.size()), 1, [&](int64_t begin, int64_t end) {
+  const bool is_float = x.scalar_type() == at::kFloat;
+  const int64_t n_items = static_cast<int64_t>(items.size());
+  const int64_t grain = work < kInlineWork ? n_items : 1;
+  at::parallel_for(0, n_items, std::max<int64_t>(grain, 1), [&](int64_t begin, int64_t end) {
+    std::vector<float> xg(kTokenBlock * H), h(kTokenBlock * h_stride);
     for (int64_t i = begin; i < end; ++i) {
-      const Item& it = expand_items[i];
+      const Item& it = items[i];
       const int64_t slot = slots[it.segment];
       const int64_t rank = std::min<int64_t>(rank_of[slot], R);
-      const float* b = bp + slot * R * W;
-      if (y.scalar_type() == at::kFloat) {
-        expand_block<float>(h, b, y.data_ptr<float>() + offset, ord, y_stride, h_stride, W, rank, R, it, add_inputs);
+      const int64_t tokens = it.last - it.first;
+      if (is_float) {
+        gather_rows<float>(x, ord + it.first, tokens, xg.data());
       } else {
-        expand_block<c10::BFloat16>(h, b, y.data_ptr<c10::BFloat16>() + offset, ord, y_stride, h_stride, W, rank, R,
-                                    it, add_inputs);
+        gather_rows<c10::BFloat16>(x, ord + it.first, tokens, xg.data());
+      }
+      shrink_block(xg.data(), ap + slot * N * R * H, h.data(), H, h_stride, rank, R, 0, tokens, 0, N * R, fscale);
+      const float* b = bp + slot * R * W;
+      for (int64_t j = 0; j < N; ++j) {
+        for (int64_t lo = slice_bounds[j]; lo < slice_bounds[j + 1]; lo += kColBlock) {
+          const Item cols{it.segment, 0, tokens, lo, std::min(lo + kColBlock, slice_bounds[j + 1]), j};
+          if (is_float) {
+            expand_block<float>(h.data(), b, y.data_ptr<float>() + offset, ord + it.first, y_stride, h_stride, W,
+                                rank, R, cols, add_inputs);
+          } else {
+            expand_block<c10::BFloat16>(h.data(), b, y.data_ptr<c10::BFloat16>() + offset, ord + it.first, y_stride,
+                                        h_stride, W, rank, R, cols, add_inputs);
+          }
+        }
       }
     }
   });

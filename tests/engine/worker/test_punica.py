@@ -115,3 +115,24 @@ def test_wrapper_add_lora_linear_without_adapters_leaves_output_alone(native):
     before = y.clone()
     wrapper.add_lora_linear(y, torch.randn(3, 4), (torch.randn(1, 1, 2, 4),), (torch.randn(1, 1, 8, 2),), 1.0, (8,))
     assert torch.equal(y, before)
+
+
+def test_wrapper_add_lora_embedding_groups_by_token_and_skips_untargeted_embeddings():
+    g = torch.Generator().manual_seed(5)
+    indices = torch.tensor([1, -1, 0, 1])
+    wrapper = _wrapper_with(indices)
+    x = torch.randn(4, 4, generator=g)  # rows of the stacked embedding A: [tokens, rank]
+    lora_b = torch.randn(2, 1, 8, 4, generator=g)
+    y = torch.randn(4, 8, generator=g)
+    expected = y.clone()
+    for t, slot in enumerate(indices.tolist()):
+        if slot >= 0:
+            expected[t] += lora_b[slot, 0] @ x[t]
+    wrapper.add_lora_embedding(y, x, lora_b)
+    torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
+    untargeted = torch.zeros(2, 1, 8, 4)
+    wrapper.add_lora_embedding(y, x, untargeted)
+    torch.testing.assert_close(y, expected, rtol=0, atol=0)
+    untargeted[1, 0, 0, 0] = 1.0  # vLLM loads an adapter that targets the embeddings into slot 1
+    wrapper.add_lora_embedding(y, x, untargeted)
+    assert y[0, 0] == expected[0, 0] + x[0, 0] and y[3, 0] == expected[3, 0] + x[3, 0]
