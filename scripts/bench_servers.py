@@ -28,6 +28,7 @@ import httpx
 from adapters.base_model import base_model_spec
 from adapters.demo.assets import DemoConfig, ensure_demo_assets
 from adapters.demo.loras import ATTENTION, MLP, DemoAdapterSpec, build_adapter
+from adapters.demo.tiny_llama import MID_LLAMA, build_tiny_llama
 from adapters.home import data_home
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,8 +63,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-# The embedded demos a scenario can run on: the tiny random Llama (the default) and SmolLM2-135M-Instruct.
-BENCH_MODELS = ("tiny", "smollm2")
+# The models a scenario can run on: the embedded demos, the tiny random Llama (the default) and
+# SmolLM2-135M-Instruct, and `mid`, a random Llama of hidden 1024 and 8 layers generated for benchmarks only.
+BENCH_MODELS = ("tiny", "smollm2", "mid")
+MID_ADAPTERS = 3
+MID_RANK = 16
 
 
 @dataclass(frozen=True)
@@ -77,8 +81,30 @@ class BenchModel:
 
 
 def bench_model(name: str = "tiny") -> BenchModel:
+    if name == "mid":
+        return mid_model()
     assets = ensure_demo_assets(data_home(), DemoConfig(demo=name))
     return BenchModel(name, base_model_spec(assets.model_dir).model_id, assets.model_dir, dict(assets.adapter_dirs))
+
+
+def mid_model() -> BenchModel:
+    """The mid-size random Llama (`adapters.demo.tiny_llama.MID_LLAMA`) with three rank-16 adapters on all seven
+    projections, generated once under the data directory."""
+    root = data_home() / "bench-mid-llama-v1"
+    model_dir = root / "model"
+    if not (model_dir / "loraplex_model.json").exists():
+        say(f"generating the mid-size model under {root} (once)")
+        build_tiny_llama(root / ".model-building", MID_LLAMA).rename(model_dir)
+    adapters = {}
+    for i in range(MID_ADAPTERS):
+        path = root / "adapters" / f"mid-r{MID_RANK}-{i}"
+        if not (path / "adapter_model.safetensors").exists():
+            # std 0.02: with hidden 1024 the demo adapters' 0.3 would swamp the base model's activations
+            spec = DemoAdapterSpec(f"mid-r{MID_RANK}-{i}", rank=MID_RANK, alpha=MID_RANK,
+                                   target_modules=ATTENTION + MLP, seed=7000 + i, std=0.02)
+            build_adapter(model_dir, spec, path)
+        adapters[path.name] = path
+    return BenchModel("mid", MID_LLAMA.model_id, model_dir, adapters)
 
 
 def demo_assets():
@@ -127,10 +153,11 @@ def vllm_command(port: int, model_dir: Path, model_id: str, adapters: dict[str, 
 
 
 @contextlib.contextmanager
-def running(cmd: list[str], port: int, log_path: Path, ready_path: str = "/v1/models"):
+def running(cmd: list[str], port: int, log_path: Path, ready_path: str = "/v1/models", env: dict | None = None):
     """Starts a server, waits until `ready_path` answers 200, yields its base URL, stops it (SIGTERM).
-    With a tenants file, loraplex's /v1/models wants a key: use /ready (vLLM's server has no /ready)."""
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB)}
+    With a tenants file, loraplex's /v1/models wants a key: use /ready (vLLM's server has no /ready).
+    `env` adds to this process's environment."""
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB), **(env or {})}
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -121,6 +121,57 @@ def lora_scaling_plot(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
+# ---------------------------------------------------------------- mixed
+
+
+MIXED_KERNELS = ("eager", "native")
+MIXED_CONCURRENCY = 32
+
+
+def mixed(out_dir: Path, quick: bool, demo: BenchModel) -> dict:
+    """loraplex's server with each LoRA kernel (`LORAPLEX_LORA_KERNELS`), interleaved A B A B over rounds: the same
+    load with base-model traffic only and with the three demo adapters round-robin. mixed / base-only is what
+    adapters cost; each round's ratio is reported, so their spread shows the machine's noise."""
+    adapters = list(demo.adapter_dirs)
+    rounds = 1 if quick else 2
+    num_prompts = (96 if quick else 192) // (2 if demo.name == "mid" else 1)
+    runs: dict[str, list[dict]] = {k: [] for k in MIXED_KERNELS}
+    for r in range(rounds):
+        for kernel in MIXED_KERNELS:
+            port = free_port()
+            cmd = loraplex_command(port, demo.adapter_dirs, 4, 8, demo.model_dir)
+            say(f"mixed: round {r + 1}/{rounds}, {kernel} kernel: starting server")
+            with running(cmd, port, out_dir / f".mixed-{kernel}.log", env={"LORAPLEX_LORA_KERNELS": kernel}) as base:
+                row = {}
+                for workload, loras in (("base", []), ("mixed", adapters)):
+                    row[workload] = vllm_bench(base, demo.model_id, demo.model_dir, MIXED_CONCURRENCY, num_prompts,
+                                               loras, input_len=128, output_len=64)
+                    say(f"  {kernel:6s} {workload:5s} {row[workload]['output_throughput']:7.0f} tok/s")
+                row["ratio"] = row["mixed"]["output_throughput"] / row["base"]["output_throughput"]
+                runs[kernel].append(row)
+    summary = []
+    for kernel, rows in runs.items():
+        summary.append({
+            "kernel": kernel,
+            "base_tok_s": statistics.fmean(r["base"]["output_throughput"] for r in rows),
+            "mixed_tok_s": statistics.fmean(r["mixed"]["output_throughput"] for r in rows),
+            "ratio_per_round": [r["ratio"] for r in rows],
+            "mixed_ttft_p99_ms": statistics.fmean(r["mixed"]["p99_ttft_ms"] for r in rows),
+            "base_ttft_p99_ms": statistics.fmean(r["base"]["p99_ttft_ms"] for r in rows),
+        })
+    return {"model": demo.model_id, "rounds": rounds, "adapters": adapters, "num_prompts": num_prompts,
+            "concurrency": MIXED_CONCURRENCY, "input_len": 128, "output_len": 64, "runs": runs, "summary": summary}
+
+
+def mixed_table(results: dict):
+    headers = ["kernel", "base only tok/s", "3 adapters mixed tok/s", "mixed / base (mean)", "per round",
+               "base TTFT p99 ms", "mixed TTFT p99 ms"]
+    rows = [[s["kernel"], round(s["base_tok_s"]), round(s["mixed_tok_s"]),
+             round(statistics.fmean(s["ratio_per_round"]), 3), ", ".join(f"{r:.3f}" for r in s["ratio_per_round"]),
+             round(s["base_ttft_p99_ms"]), round(s["mixed_ttft_p99_ms"])] for s in results["summary"]]
+    return headers, rows
+
+
 # ---------------------------------------------------------------- baseline-hf
 
 

@@ -84,3 +84,24 @@ def slot_weights(stacked: torch.Tensor, slots: torch.Tensor | slice) -> torch.Te
     """[groups, out, in] weights of the given slots from [slots, 1, out, in]."""
     chosen = stacked[slots] if isinstance(slots, slice) else stacked.index_select(0, slots)
     return chosen[:, 0]
+
+
+@dataclass(frozen=True)
+class Segments:
+    """Tokens with an adapter in slot order, for the native kernel: `order[starts[g]:starts[g + 1]]` are the
+    token rows of slot `slots[g]`."""
+
+    order: torch.Tensor  # [tokens with an adapter] int64
+    starts: torch.Tensor  # [groups + 1] int64
+    slots: torch.Tensor  # [groups] int64
+
+
+def segments(indices: torch.Tensor) -> Segments:
+    """Pure; called once per step. A stable sort keeps each slot's tokens in batch order."""
+    with_adapter = (indices >= 0).nonzero().squeeze(1)
+    slot_of = indices.index_select(0, with_adapter).long()
+    sorted_slots, perm = torch.sort(slot_of, stable=True)
+    slots, counts = torch.unique_consecutive(sorted_slots, return_counts=True)
+    starts = torch.zeros(len(counts) + 1, dtype=torch.int64)
+    torch.cumsum(counts, 0, out=starts[1:])
+    return Segments(with_adapter.index_select(0, perm).contiguous(), starts, slots.contiguous())

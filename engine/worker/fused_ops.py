@@ -104,3 +104,22 @@ def fused_expand(y: torch.Tensor, buffer: torch.Tensor, lora_b_stacked, output_s
         columns.index_add_(0, p.rows, delta)
     else:
         columns.index_copy_(0, p.rows, delta)
+
+
+class ZeroWeights:
+    """Whether a stacked weight tensor is all zero (an adapter that does not target the module), remembered
+    while its version counter is unchanged."""
+
+    def __init__(self):
+        self._seen: dict[int, tuple[int, bool]] = {}
+
+    def __call__(self, stacked: torch.Tensor) -> bool:
+        try:
+            version = stacked._version
+        except RuntimeError:  # inference-mode tensors keep no version counter
+            return not bool(stacked.any())
+        hit = self._seen.get(stacked.data_ptr())
+        if hit is None or hit[0] != version:
+            hit = (version, not bool(stacked.any()))
+            self._seen[stacked.data_ptr()] = hit
+        return hit[1]

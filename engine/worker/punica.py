@@ -5,10 +5,12 @@ run a batched einsum, so cost grows with tokens x matrix size. Here the batch is
 step (`engine.worker.batch_plan`): one matmul per distinct adapter and module, tokens without an adapter
 are skipped (so vllm#48421's leak cannot happen), and a batch without adapters does no LoRA work at all.
 
-`add_shrink` / `add_expand` (and so `add_lora_linear`) and `add_lora_logits` change; when the
-intermediate buffer is one tensor (every vLLM caller on this path) they run `engine.worker.fused_ops`'s one
-batched matmul per module. Embedding and full-linear LoRA keep vLLM's ops, which `engine.worker.isolation`
-guards.
+`add_lora_embedding` is grouped too, and skipped when no adapter targets the embeddings.
+`add_lora_linear` and `add_lora_logits` run the native kernel (`engine.worker.native_ops`, one C++ call per
+module) when it was built at install; otherwise, and for `add_shrink` / `add_expand` called on their own (sharded
+layers), the eager grouped ops: with one intermediate buffer tensor (every vLLM caller on this path)
+`engine.worker.fused_ops`'s one batched matmul per module. Which one runs is logged at start. Other LoRA ops
+keep vLLM's, which `engine.worker.isolation` guards.
 """
 
 from __future__ import annotations
@@ -18,34 +20,56 @@ import os
 import torch
 from vllm.logger import init_logger
 
-from engine.worker.batch_plan import BatchPlan, plan_batch
-from engine.worker.fused_ops import FusedWeightCache, fused_expand, fused_shrink
+from engine.worker import native_ops
+from engine.worker.batch_plan import BatchPlan, Segments, plan_batch, segments
+from engine.worker.fused_ops import FusedWeightCache, ZeroWeights, fused_expand, fused_shrink
 from engine.worker.grouped_ops import grouped_expand, grouped_shrink
+from engine.worker.native_ops import PreparedCache, native_lora_linear
 
 # Under vLLM's logger namespace: these modules run inside vLLM's engine-core and worker processes, where
 # only vLLM's loggers have handlers.
 logger = init_logger(f"vllm.loraplex.{__name__}")
 
-ENV_SWITCH = "LORAPLEX_LORA_KERNELS"  # "grouped" (default) or "stock"
+# "grouped" (default): the native kernel when built, else the eager grouped ops; "native": the native kernel or
+# fail; "eager": the eager grouped ops; "stock": vLLM's own ops.
+ENV_SWITCH = "LORAPLEX_LORA_KERNELS"
+CHOICES = ("grouped", "native", "eager", "stock")
+_NATIVE_DTYPES = (torch.float32, torch.bfloat16)
 # vLLM releases whose PunicaWrapperCPU contract (token_lora_indices, add_shrink/add_expand semantics,
 # stacked weight layout [slots, 1, out, in]) these ops were checked against.
 VERIFIED_VLLM_VERSIONS = frozenset({"0.32.0"})
 
 
-def make_grouped_wrapper(base: type) -> type:
-    """A subclass of vLLM's PunicaWrapperCPU whose linear LoRA ops are grouped by adapter."""
+def make_grouped_wrapper(base: type, native: bool = False) -> type:
+    """A subclass of vLLM's PunicaWrapperCPU whose linear LoRA ops are grouped by adapter; with `native`,
+    `add_lora_embedding` is grouped too, and skipped when no adapter targets the embeddings.
+`add_lora_linear` and `add_lora_logits` run the native kernel."""
 
     class GroupedPunicaWrapperCPU(base):
         _plan: BatchPlan = BatchPlan((), None)
         _num_tokens: int = 0
         _sampler_plan: BatchPlan = BatchPlan((), None)
+        _segments: Segments | None = None
+        _sampler_segments: Segments | None = None
+        uses_native_kernel = native
 
         def update_metadata(self, *args, **kwargs):
             super().update_metadata(*args, **kwargs)
-            indices = self.token_lora_indices
-            self._num_tokens = indices.numel()
-            self._plan = plan_batch(indices)
-            self._sampler_plan = plan_batch(self.sampler_indices)
+            self.plan_step(self.token_lora_indices, self.sampler_indices)
+
+        def plan_step(self, token_indices: torch.Tensor, sampler_indices: torch.Tensor) -> None:
+            self._num_tokens = token_indices.numel()
+            self._plan = plan_batch(token_indices)
+            self._sampler_plan = plan_batch(sampler_indices)
+            if native:
+                self._segments, self._sampler_segments = segments(token_indices), segments(sampler_indices)
+
+        def _prepared_cache(self) -> PreparedCache:
+            return self.__dict__.setdefault("_prepared_weights", PreparedCache())
+
+        def _native_fits(self, y: torch.Tensor, x: torch.Tensor) -> bool:
+            return (native and y.dtype == x.dtype and y.dtype in _NATIVE_DTYPES and y.stride(-1) == 1
+                    and x.stride(-1) == 1)
 
         def _fused_cache(self) -> FusedWeightCache:
             return self.__dict__.setdefault("_fused_weights", FusedWeightCache())
@@ -88,6 +112,12 @@ def make_grouped_wrapper(base: type) -> type:
             """Without adapters in the batch, not even the intermediate buffers are allocated."""
             if not self._plan.groups:
                 return
+            flat_x = x.view(-1, x.shape[-1])
+            if self._native_fits(y, flat_x) and y.dim() == 2 and buffer is None:
+                self._plan_for(flat_x)
+                native_lora_linear(y, flat_x, lora_a_stacked, lora_b_stacked, scale, output_slices, 0,
+                                   self._segments, self._prepared_cache(), kwargs.get("add_inputs", True))
+                return
             if buffer is None:
                 # Zeroed: the fused ops skip the rank columns no adapter uses (engine.worker.fused_ops).
                 shape = (len(output_slices), x.view(-1, x.shape[-1]).shape[0], lora_b_stacked[0].shape[-1])
@@ -95,27 +125,52 @@ def make_grouped_wrapper(base: type) -> type:
             self.add_shrink(buffer, x, lora_a_stacked, scale)
             self.add_expand(y, buffer, lora_b_stacked, output_slices, add_inputs=True)
 
+        def add_lora_embedding(self, y, x, lora_b_stacked, add_inputs=True, **kwargs):
+            """Embedding LoRA: nothing when no adapter in the batch targets the embeddings (their stacked B is all
+            zero), else one matmul per adapter (x: [tokens, rank] rows of the stacked embedding A)."""
+            if not self._plan.groups or self.__dict__.setdefault("_zero", ZeroWeights())(lora_b_stacked):
+                return
+            flat = y.view(-1, y.shape[-1])
+            grouped_expand(flat, x.view(-1, x.shape[-1]), lora_b_stacked, self._plan_for(flat), 0, flat.shape[1],
+                           add_inputs)
+
         def add_lora_logits(self, y, x, lora_a_stacked, lora_b_stacked, scale, *, buffer=None, **kwargs):
             """Per sequence (sampler indices), not per token; a batch without adapters, or adapters that do
             not target lm_head, does nothing."""
             if not self._sampler_plan.groups:
                 return
             flat_y, flat_x = y.view(-1, y.shape[-1]), x.view(-1, x.shape[-1])
+            size = min(lora_b_stacked.shape[2], flat_y.shape[1])
+            if self._native_fits(flat_y, flat_x):
+                native_lora_linear(flat_y, flat_x, (lora_a_stacked,), (lora_b_stacked,), scale, (size,), 0,
+                                   self._sampler_segments, self._prepared_cache())
+                return
             buffer = torch.zeros((1, flat_x.shape[0], lora_b_stacked.shape[-1]), dtype=torch.float32)
             padded, cache = self._sampler_plan.padded, self._fused_cache()
             fused_shrink(buffer, flat_x, (lora_a_stacked,), padded, scale, cache)
-            size = min(lora_b_stacked.shape[2], flat_y.shape[1])
             fused_expand(flat_y, buffer, (lora_b_stacked,), (size,), 0, padded, True, cache)
 
     GroupedPunicaWrapperCPU.__qualname__ = "GroupedPunicaWrapperCPU"
     return GroupedPunicaWrapperCPU
 
 
+def choice() -> str:
+    value = os.environ.get(ENV_SWITCH, "grouped").lower()
+    if value not in CHOICES:
+        raise ValueError(f"{ENV_SWITCH} must be one of {', '.join(CHOICES)}, got {value!r}")
+    return value
+
+
+def use_native(value: str) -> bool:
+    """Whether the grouped wrapper runs the native kernel, for a `choice()` other than stock."""
+    if value == "native" and native_ops.KERNEL is None:
+        raise RuntimeError(f"{ENV_SWITCH}=native but the native LoRA kernel is not built "
+                           f"({native_ops.UNAVAILABLE}); run `make venv` or scripts/build_kernel.py")
+    return value in ("grouped", "native") and native_ops.KERNEL is not None
+
+
 def wanted() -> bool:
-    choice = os.environ.get(ENV_SWITCH, "grouped").lower()
-    if choice not in ("grouped", "stock"):
-        raise ValueError(f"{ENV_SWITCH} must be 'grouped' or 'stock', got {choice!r}")
-    return choice == "grouped"
+    return choice() != "stock"
 
 
 def install() -> bool:
@@ -133,7 +188,13 @@ def install() -> bool:
     current = punica_cpu.PunicaWrapperCPU
     if current.__name__ == "GroupedPunicaWrapperCPU":
         return True
+    native = use_native(choice())
     # The platform names its wrapper by qualname; vLLM resolves it through this module attribute.
-    punica_cpu.PunicaWrapperCPU = make_grouped_wrapper(current)
-    logger.info("loraplex: grouped LoRA ops installed for the CPU punica wrapper")
+    punica_cpu.PunicaWrapperCPU = make_grouped_wrapper(current, native)
+    if native:
+        logger.info("loraplex: grouped LoRA ops installed for the CPU punica wrapper, native kernel "
+                    "(engine/worker/csrc/lora_kernel.cpp)")
+    else:
+        reason = "set to eager" if choice() == "eager" else f"native kernel unavailable: {native_ops.UNAVAILABLE}"
+        logger.info("loraplex: grouped LoRA ops installed for the CPU punica wrapper, eager torch ops (%s)", reason)
     return True

@@ -14,6 +14,7 @@ import bench  # noqa: E402
 import bench_batch  # noqa: E402
 import bench_kernels  # noqa: E402
 import bench_servers  # noqa: E402
+import bench_serving  # noqa: E402
 import bench_state  # noqa: E402
 import bench_tenants  # noqa: E402
 import bench_tiers  # noqa: E402
@@ -21,8 +22,8 @@ from bench_report import markdown_table, replace_section, write_run  # noqa: E40
 
 
 @pytest.mark.parametrize("argv,expected", [
-    ([], ["overhead", "lora-scaling", "tiers", "noisy-neighbour", "baseline-hf", "batch", "kernels", "state",
-          "routing"]),
+    ([], ["overhead", "lora-scaling", "tiers", "noisy-neighbour", "baseline-hf", "batch", "kernels", "mixed",
+          "state", "routing"]),
     (["tiers", "kernels"], ["tiers", "kernels"]),
 ])
 def test_scenarios_parse(argv, expected):
@@ -46,7 +47,7 @@ def test_a_tiny_only_scenario_on_smollm2_is_refused(monkeypatch, capsys):
     monkeypatch.setattr(bench, "bench_model", lambda name: pytest.fail("nothing should be built"))
     with pytest.raises(SystemExit):
         bench.main(["--model", "smollm2", "tiers"])
-    assert "tiers run(s) on the tiny model only" in capsys.readouterr().err
+    assert "tiers do(es) not run on it" in capsys.readouterr().err
 
 
 def test_a_smollm2_run_has_a_section_of_its_own(tmp_path, monkeypatch):
@@ -98,15 +99,24 @@ KERNEL_FIXTURE = {"variants": {
                "vs_engine_without_lora": 0.5},
               {"workload": "3 adapters r16", "adapters": 3, "rank": 16, "output_tokens_per_s": 10.0,
                "vs_engine_without_lora": 0.1}],
-    "grouped": [{"workload": "base only", "adapters": 0, "rank": None, "output_tokens_per_s": 90.0,
-                 "vs_engine_without_lora": 0.9},
-                {"workload": "3 adapters r16", "adapters": 3, "rank": 16, "output_tokens_per_s": 40.0,
-                 "vs_engine_without_lora": 0.4}]}}
+    "eager": [{"workload": "base only", "adapters": 0, "rank": None, "output_tokens_per_s": 90.0,
+               "vs_engine_without_lora": 0.9},
+              {"workload": "3 adapters r16", "adapters": 3, "rank": 16, "output_tokens_per_s": 40.0,
+               "vs_engine_without_lora": 0.4}],
+    "native": [{"workload": "base only", "adapters": 0, "rank": None, "output_tokens_per_s": 95.0,
+                "vs_engine_without_lora": 0.95},
+               {"workload": "3 adapters r16", "adapters": 3, "rank": 16, "output_tokens_per_s": 80.0,
+                "vs_engine_without_lora": 0.8}]}}
+
+MIXED_FIXTURE = {"summary": [{"kernel": "native", "base_tok_s": 100.0, "mixed_tok_s": 90.0,
+                              "ratio_per_round": [0.88, 0.92], "base_ttft_p99_ms": 50.0, "mixed_ttft_p99_ms": 60.4}]}
 
 
 def test_scenario_tables_on_fixtures(tmp_path):
-    _, rows = bench_kernels.table(KERNEL_FIXTURE)
-    assert rows[1] == ["3 adapters r16", "-", 10, 40, 0.1, 0.4, 4.0]
+    headers, rows = bench_kernels.table(KERNEL_FIXTURE)
+    assert headers[-1] == "native / eager"
+    assert rows[1] == ["3 adapters r16", "-", 10, 40, 80, 0.1, 0.4, 0.8, 2.0]
+    assert bench_serving.mixed_table(MIXED_FIXTURE)[1] == [["native", 100, 90, 0.9, "0.880, 0.920", 50, 60]]
     bench_kernels.plot(KERNEL_FIXTURE, tmp_path / "k.png")
     assert (tmp_path / "k.png").stat().st_size > 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.worker.batch_plan import TokenGroup, plan_batch, token_groups
+from engine.worker.batch_plan import TokenGroup, plan_batch, segments, token_groups
 
 
 def _rows(group: TokenGroup) -> list[int]:
@@ -47,3 +47,14 @@ def test_plan_batch(indices, padded, slots, max_len):
             assert torch.equal(p.slots, slots)
         assert sorted(p.rows.tolist()) == [t for t, s in enumerate(indices) if s >= 0]
         assert torch.equal(p.pad_rows[p.valid], p.rows)
+
+
+@pytest.mark.parametrize("indices,order,starts,slots", [
+    ([], [], [0], []),
+    ([-1, -1], [], [0], []),
+    ([2, 0, 2, -1, 0], [1, 4, 0, 2], [0, 2, 4], [0, 2]),
+    ([1, 1, 1], [0, 1, 2], [0, 3], [1]),
+])
+def test_segments_sort_tokens_by_slot_keeping_batch_order(indices, order, starts, slots):
+    seg = segments(torch.tensor(indices, dtype=torch.int64))
+    assert (seg.order.tolist(), seg.starts.tolist(), seg.slots.tolist()) == (order, starts, slots)
