@@ -76,6 +76,23 @@ class Acquired:
     load_seconds: float
 
 
+class EngineTiers(Protocol):
+    """What the server asks of the tiers in front of its engine: `AdapterTiers`, or the scale-out mode's view of
+    tiers each engine replica keeps for itself."""
+
+    def is_pinned(self, manifest: Manifest) -> bool: ...
+
+    async def acquire(self, manifest: Manifest) -> Acquired: ...
+
+    def release(self, acquired: Acquired) -> None: ...
+
+    async def evict(self, manifest: Manifest) -> bool: ...
+
+    def residency(self) -> dict[str, list[str]]: ...
+
+    def on_step(self, running_by_engine_name: dict[str, int]) -> None: ...
+
+
 class AdapterTiers:
     def __init__(self, engine: AdapterEngine, disk: DiskTier, validate: Callable[[Manifest, Path], object],
                  events: TierEvents, max_loras: int, max_cpu_loras: int, pinned: frozenset[str] = frozenset()):

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from adapters.disk_cache import AdapterDiskCache
 from adapters.identity import parse_model_ref
 from adapters.registry import Registry
-from adapters.tiers import TIER_DISK, AdapterTiers
+from adapters.tiers import TIER_DISK, AdapterTiers, EngineTiers
 from api.admin.serving import AdminService
 from api.auth import Authenticator
 from api.generation.accounting import Accounts, OutcomeSink
@@ -87,7 +87,7 @@ class Server:
     auth: Authenticator
     metrics: Metrics
     ledger: UsageLedger
-    tiers: AdapterTiers | None
+    tiers: EngineTiers | None
     disk: AdapterDiskCache | None
     meter: ComputeMeter
     tracing: Tracing
@@ -170,8 +170,10 @@ class TierSizes:
 
 def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfig, options: ServingOptions,
                  tiers_sizes: TierSizes | None, pins: tuple[str, ...] = (), max_running: int | None = None,
-                 tracing: Tracing | None = None, input_limits: InputLimits = InputLimits()) -> Server:
-    """`tiers_sizes` None: no adapter tiers (the fake engine of HTTP-layer tests). `max_running` is the
+                 tracing: Tracing | None = None, input_limits: InputLimits = InputLimits(),
+                 remote_tiers: EngineTiers | None = None) -> Server:
+    """`tiers_sizes` None: no adapter tiers here (the fake engine of HTTP-layer tests), unless `remote_tiers` stands
+    for tiers the engine keeps itself (the replicas of the scale-out mode, `engine.cluster.client.ClusterTiers`). `max_running` is the
     engine's batch size, used unless the tenants file sets its own admission size. `tracing` replaces the
     one `options.otlp_endpoint` describes (tests pass an in-memory exporter)."""
     metrics = Metrics(CollectorRegistry(), options.metrics_top_n, tenancy.slo_for)
@@ -185,7 +187,7 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
                           reserve_window_s=tenancy.admission.reserve_window_s,
                           max_queued_per_tenant=tenancy.admission.max_queued_per_tenant,
                           max_queue_wait_s=tenancy.admission.max_queue_wait_s)
-    tiers = disk = None
+    tiers, disk = remote_tiers, None
     if tiers_sizes is not None:
         disk = AdapterDiskCache(tiers_sizes.disk_dir, tiers_sizes.disk_bytes, registry.store,
                                 on_evict=lambda entry: tier_events.evicted(entry.label, TIER_DISK))

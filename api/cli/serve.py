@@ -22,6 +22,7 @@ from api.lifecycle import DrainingServer, http_config
 from api.sagemaker.environment import MODEL_DIR, PORT_ENV, ModelArtifacts, bound_port, model_artifacts
 from api.server import ServingOptions, TierSizes, build_server
 from api.tenancy.config import ConfigError, TenancyConfig, load_tenancy_config
+from engine.cluster.config import ClusterConfig
 from engine.config import EngineConfig
 
 
@@ -61,6 +62,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     add_config_arguments(serve, RegistryConfig, skip=set())
     add_config_arguments(serve, ServingOptions, skip=set())
     add_config_arguments(serve, InputLimits, skip=set())
+    add_config_arguments(serve, ClusterConfig, skip=set())
 
 
 def parse_adapter_flag(value: str) -> tuple[str, Path]:
@@ -119,10 +121,17 @@ def _tenancy(path: str | None) -> TenancyConfig:
         raise SystemExit(f"invalid tenants config {path}:\n  - " + "\n  - ".join(e.problems)) from e
 
 
+def cluster_config(args: argparse.Namespace, tenancy: TenancyConfig) -> ClusterConfig:
+    """The flags when --replicas is given, else the tenants file's `cluster:` section, else off."""
+    if args.replicas is not None or tenancy.cluster is None:
+        return config_from_args(ClusterConfig, args)
+    return tenancy.cluster
+
+
 def serve(args: argparse.Namespace) -> None:
     # vLLM loads here, not at import: `loraplex adapters ...` and `keys ...` start without it.
     from api.app import create_app
-    from engine.async_engine import LoraplexEngine
+    from engine.async_engine import LoraplexEngine, model_id_of
 
     try:
         flags = [parse_adapter_flag(v) for v in args.adapter]
@@ -152,18 +161,29 @@ def serve(args: argparse.Namespace) -> None:
         base = base_model_spec(Path(model))
     except BaseModelError as e:
         raise SystemExit(f"--model: {e}") from e
+    try:
+        cluster = cluster_config(args, tenancy)
+    except ValidationError as e:
+        raise SystemExit(f"invalid configuration:\n{e}") from e
     registry = Registry.from_config(registry_config, base, engine_config.max_lora_rank)
     published = _publish_startup_adapters(registry, flags)
-    engine = LoraplexEngine(engine_config)
-    if engine.model_id != base.model_id:
-        raise SystemExit(f"model id mismatch: engine {engine.model_id!r}, registry base {base.model_id!r}")
+    if model_id_of(engine_config) != base.model_id:
+        raise SystemExit(f"model id mismatch: engine {model_id_of(engine_config)!r}, registry base {base.model_id!r}")
     if len(args.pin) >= engine_config.max_cpu_loras:
         raise SystemExit(f"--pin: {len(args.pin)} pinned adapters leave no room in max_cpu_loras "
                          f"{engine_config.max_cpu_loras}")
-    sizes = TierSizes(engine_config.max_loras, engine_config.max_cpu_loras,
-                      registry_config.resolved_disk_cache_dir(), registry_config.disk_cache_bytes)
-    server = build_server(engine, registry, tenancy, options, sizes, tuple(args.pin),
-                          max_running=engine_config.max_num_seqs, input_limits=input_limits)
+    if cluster.enabled:
+        # Ray loads only in scale-out mode.
+        from api.cluster.serve import build_cluster_server
+
+        server = build_cluster_server(cluster, engine_config, registry_config, registry, tenancy, options,
+                                      tuple(args.pin), input_limits)
+    else:
+        sizes = TierSizes(engine_config.max_loras, engine_config.max_cpu_loras,
+                          registry_config.resolved_disk_cache_dir(), registry_config.disk_cache_bytes)
+        server = build_server(LoraplexEngine(engine_config), registry, tenancy, options, sizes, tuple(args.pin),
+                              max_running=engine_config.max_num_seqs, input_limits=input_limits)
+    engine = server.engine
     print(f"[loraplex] serving {engine.model_id}; registry {registry_config.resolved_store_uri()}; "
           f"published at start: {', '.join(published) or '(none)'}", file=sys.stderr, flush=True)
     config = http_config(create_app(server), input_limits, server_config.host, server_config.port,

@@ -14,6 +14,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, ValidationError
 
 from api.observability.slo import DEFAULT_SLO, SloTargets
+from engine.cluster.config import ClusterConfig
 
 KEY_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -134,6 +135,8 @@ class TenancyConfig(_Strict):
     pricing: PricingConfig = Field(default_factory=PricingConfig, description="Server-wide prices.")
     slo: SloTargets = Field(default=DEFAULT_SLO, description="Server-wide default objectives.")
     tenants: list[TenantConfig] = Field(min_length=1, description="Every tenant of the server.")
+    cluster: ClusterConfig | None = Field(default=None, description="Engine replicas on Ray Serve (`loraplex serve "
+                                          "--replicas`); used when --replicas is not given on the command line.")
 
     _auth_required: bool = PrivateAttr(default=True)
     _by_name: dict[str, TenantConfig] = PrivateAttr(default_factory=dict)

@@ -1,0 +1,89 @@
+"""Starts (or joins) Ray, deploys the engine replicas on Ray Serve, and tears it all down."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import ray
+from ray import serve
+from ray.serve.config import AutoscalingConfig, RequestRouterConfig
+from ray.serve.handle import DeploymentHandle
+
+from engine.cluster.config import ROUTING_AFFINITY, ClusterConfig
+from engine.cluster.replica import EngineReplica, ReplicaSpec
+from engine.cluster.router import AdapterAffinityRouter
+
+logger = logging.getLogger(__name__)
+
+APP_NAME = "loraplex"
+DEPLOYMENT_NAME = "engine"
+NAMESPACE = "loraplex"
+# A small object store: only deltas and reports cross it (Ray's default reserves 30% of memory).
+OBJECT_STORE_BYTES = 256 * 2**20
+# Variables every replica needs, wherever Ray started its worker.
+_FORWARDED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "LORAPLEX_HOME", "VLLM_CPU_KVCACHE_SPACE",
+                  "PYTHONPATH")
+
+
+def _autoscaling(cluster: ClusterConfig) -> AutoscalingConfig:
+    return AutoscalingConfig(min_replicas=cluster.min_replicas, max_replicas=cluster.max_replicas,
+                             initial_replicas=cluster.replicas, target_ongoing_requests=cluster.target_ongoing_requests,
+                             upscale_delay_s=cluster.upscale_delay_s, downscale_delay_s=cluster.downscale_delay_s)
+
+
+def _router(cluster: ClusterConfig) -> RequestRouterConfig:
+    if cluster.routing == ROUTING_AFFINITY:
+        return RequestRouterConfig(request_router_class=AdapterAffinityRouter,
+                                   request_router_kwargs={"max_ongoing": cluster.affinity_max_ongoing},
+                                   request_routing_stats_period_s=cluster.replica_stats_period_s)
+    return RequestRouterConfig(request_routing_stats_period_s=cluster.replica_stats_period_s)
+
+
+class EngineDeployment:
+    """The Ray side of a `--replicas` server: `start` returns the handle the server's engine client calls."""
+
+    def __init__(self, cluster: ClusterConfig, spec: ReplicaSpec, drain_timeout_s: float):
+        self.cluster = cluster
+        self.spec = spec
+        self.drain_timeout_s = drain_timeout_s
+        self._started_ray = False
+
+    def start(self) -> DeploymentHandle:
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        env = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
+        if not ray.is_initialized():
+            if self.cluster.ray_address is None:
+                ray.init(namespace=NAMESPACE, include_dashboard=False, object_store_memory=OBJECT_STORE_BYTES,
+                         runtime_env={"env_vars": env}, log_to_driver=False)
+            else:
+                ray.init(address=self.cluster.ray_address, namespace=NAMESPACE, runtime_env={"env_vars": env},
+                         log_to_driver=False)
+            self._started_ray = True
+        serve.start(proxy_location="Disabled")
+        options: dict = {
+            "name": DEPLOYMENT_NAME,
+            "max_ongoing_requests": self.cluster.max_ongoing_requests,
+            "ray_actor_options": {"num_cpus": self.cluster.replica_num_cpus},
+            "request_router_config": _router(self.cluster),
+            "graceful_shutdown_timeout_s": self.drain_timeout_s,
+            "health_check_period_s": 2.0,
+        }
+        if self.cluster.autoscale:
+            options["autoscaling_config"] = _autoscaling(self.cluster)
+        else:
+            options["num_replicas"] = self.cluster.replicas
+        deployment = serve.deployment(EngineReplica).options(**options)
+        logger.info("deploying %s engine replicas on Ray Serve", self.cluster.replicas)
+        return serve.run(deployment.bind(self.spec), name=APP_NAME, route_prefix=None)
+
+    def stop(self) -> None:
+        """Deletes the replicas (each drains, then shuts its engine down); stops Ray if this server started it."""
+        if not ray.is_initialized():
+            return
+        try:
+            serve.delete(APP_NAME)
+            serve.shutdown()
+        finally:
+            if self._started_ray:
+                ray.shutdown()
