@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 
 import ray
 from ray import serve
@@ -53,6 +54,8 @@ class EngineDeployment:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         env = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
         if not ray.is_initialized():
+            # ray.init replaces the SIGTERM handler with one that exits at once; the server's drain keeps its own.
+            handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
             if self.cluster.ray_address is None:
                 ray.init(namespace=NAMESPACE, include_dashboard=False, object_store_memory=OBJECT_STORE_BYTES,
                          runtime_env={"env_vars": env}, log_to_driver=False)
@@ -60,6 +63,9 @@ class EngineDeployment:
                 ray.init(address=self.cluster.ray_address, namespace=NAMESPACE, runtime_env={"env_vars": env},
                          log_to_driver=False)
             self._started_ray = True
+            for sig, handler in handlers.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
         serve.start(proxy_location="Disabled")
         options: dict = {
             "name": DEPLOYMENT_NAME,
