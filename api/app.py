@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.admin.router import admin_router
+from api.cluster.status import cluster_router
 from api.errors import OpenAIError, from_http_status, from_validation_error
 from api.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from api.openai.router import document_bodies, router
@@ -74,6 +75,7 @@ def create_app(server: Server) -> FastAPI:
     app.include_router(admin_router)
     app.include_router(ops_router)
     app.include_router(sagemaker_router)
+    app.include_router(cluster_router)
     app.add_exception_handler(OpenAIError, _on_openai_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)

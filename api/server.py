@@ -18,6 +18,7 @@ from adapters.registry import Registry
 from adapters.tiers import TIER_DISK, AdapterTiers, EngineTiers
 from api.admin.serving import AdminService
 from api.auth import Authenticator
+from api.cluster.status import ClusterView, ReplicaCollector
 from api.generation.accounting import Accounts, OutcomeSink
 from api.generation.adapter_loading import AdapterLoader
 from api.generation.admission import EngineAdmission
@@ -97,6 +98,7 @@ class Server:
     input_limits: InputLimits
     history: History
     pins: tuple[str, ...] = ()
+    cluster: ClusterView | None = None  # the engine replicas of the scale-out mode
     chat: ChatService = field(init=False)
     completion: CompletionService = field(init=False)
     admin: AdminService = field(init=False)
@@ -149,7 +151,12 @@ class Server:
         residency = self.tiers.residency() if self.tiers is not None else {}
         if self.disk is not None:
             residency[TIER_DISK] = [e.label for e in self.disk.entries()]
-        return dashboard_snapshot(self.metrics, residency, time.time())
+        data = dashboard_snapshot(self.metrics, residency, time.time())
+        if self.cluster is not None:
+            data["replicas"] = {rid: {"residency": r.residency, "ongoing": r.ongoing, "running": r.running,
+                                      "waiting": r.waiting, "requests": self.cluster.routed.get(rid, 0)}
+                                for rid, r in self.cluster.reports.items()}
+        return data
 
     def close(self) -> None:
         for task in self._background:
@@ -171,7 +178,7 @@ class TierSizes:
 def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfig, options: ServingOptions,
                  tiers_sizes: TierSizes | None, pins: tuple[str, ...] = (), max_running: int | None = None,
                  tracing: Tracing | None = None, input_limits: InputLimits = InputLimits(),
-                 remote_tiers: EngineTiers | None = None) -> Server:
+                 remote_tiers: EngineTiers | None = None, cluster: ClusterView | None = None) -> Server:
     """`tiers_sizes` None: no adapter tiers here (the fake engine of HTTP-layer tests), unless `remote_tiers` stands
     for tiers the engine keeps itself (the replicas of the scale-out mode, `engine.cluster.client.ClusterTiers`). `max_running` is the
     engine's batch size, used unless the tenants file sets its own admission size. `tracing` replaces the
@@ -196,6 +203,8 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
         tiers = AdapterTiers(engine, disk, registry.check_folder, tier_events, tiers_sizes.max_loras,
                              tiers_sizes.max_cpu_loras, frozenset(pins))
     metrics.set_engine_source(lambda: _engine_gauges(engine))
+    if cluster is not None:
+        metrics.registry.register(ReplicaCollector(cluster))
     metrics.set_admission_source(lambda: _admission_counts(queue))
     tracing = tracing or Tracing(options.otlp_endpoint)
     lifecycle = Lifecycle()
@@ -216,6 +225,7 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
         engine=engine, registry=registry, tenancy=tenancy, options=options, auth=Authenticator(tenancy),
         metrics=metrics, ledger=ledger, tiers=tiers, disk=disk, meter=meter, tracing=tracing, lifecycle=lifecycle,
         pipeline=pipeline, catalog=ModelCatalog(resolver), input_limits=input_limits, history=history, pins=pins,
+        cluster=cluster,
     )
 
 

@@ -27,4 +27,5 @@ def build_cluster_server(cluster: ClusterConfig, engine_config: EngineConfig, re
     engine = RayEngineClient(deployment, model_id_of(engine_config))
     most_replicas = cluster.max_replicas if cluster.autoscale else cluster.replicas
     return build_server(engine, registry, tenancy, options, None, (), max_running=engine_config.max_num_seqs
-                        * max(1, most_replicas or 1), input_limits=input_limits, remote_tiers=ClusterTiers(engine))
+                        * max(1, most_replicas or 1), input_limits=input_limits, remote_tiers=ClusterTiers(engine),
+                        cluster=engine)

@@ -7,6 +7,8 @@ replica that runs the request fetches and loads it through its own tiers.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -24,7 +26,8 @@ from engine.types import ChoiceDelta, EngineDeadError, EngineError, EngineLoad, 
 
 logger = logging.getLogger(__name__)
 
-FOUND_ON_REPLICA = "replica"  # `Acquired.found_in` here: where it is loaded is the replica's business
+FOUND_ON_REPLICA = "replica"
+START_ATTEMPTS = 3  # `Acquired.found_in` here: where it is loaded is the replica's business
 
 
 class RayEngineClient:
@@ -63,30 +66,42 @@ class RayEngineClient:
 
     async def generate(self, request_id: str, prompt_token_ids: list[int], params, adapter: LocatedAdapter | None,
                        cache_salt: str | None = None) -> AsyncIterator[list[ChoiceDelta]]:
+        """One streaming call; a replica lost before it started the request (its report not yet back) is
+        retried on another, one lost later ends the stream with EngineError."""
         if self._handle is None:
             raise EngineDeadError("the engine replicas are not deployed")
         manifest = self._manifests[adapter.identity] if adapter is not None else None
         key = adapter.identity.label if adapter is not None else None
-        stream = self._handle.generate.remote(request_id, prompt_token_ids, params, manifest, cache_salt,
-                                              adapter_key=key)
-        self._streams[request_id] = stream
-        finished = False
-        try:
-            async for item in stream:
-                if isinstance(item, ReplicaReport):
-                    self.reports[item.replica_id] = item
-                    self.routed[item.replica_id] += 1
-                    continue
-                yield item
-            finished = True
-        except RayTaskError as e:
-            raise _cause(e) from e
-        except RayError as e:  # the replica died or became unreachable mid-call
-            raise EngineError(f"engine replica lost while running request {request_id}: {type(e).__name__}") from e
-        finally:
-            self._streams.pop(request_id, None)
-            if not finished:
-                stream.cancel()
+        for attempt in range(1, START_ATTEMPTS + 1):
+            stream = self._handle.generate.remote(request_id, prompt_token_ids, params, manifest, cache_salt,
+                                                  adapter_key=key)
+            self._streams[request_id] = stream
+            replica_id = None
+            finished = False
+            try:
+                async for item in stream:
+                    if isinstance(item, ReplicaReport):
+                        replica_id = item.replica_id
+                        self.reports[item.replica_id] = item
+                        self.routed[item.replica_id] += 1
+                        continue
+                    yield item
+                finished = True
+                return
+            except RayTaskError as e:
+                raise _cause(e) from e
+            except RayError as e:  # the replica died or became unreachable
+                if replica_id is not None:
+                    self.reports.pop(replica_id, None)  # gone: it no longer holds anything
+                if replica_id is not None or attempt == START_ATTEMPTS:
+                    raise EngineError(f"engine replica lost while running request {request_id}: "
+                                      f"{type(e).__name__}") from e
+                logger.warning("replica lost before request %s started (%s); routing it again", request_id,
+                               type(e).__name__)
+            finally:
+                self._streams.pop(request_id, None)
+                if not finished:
+                    stream.cancel()
 
     async def abort(self, request_id: str) -> None:
         stream = self._streams.pop(request_id, None)
@@ -105,6 +120,12 @@ class RayEngineClient:
 
     def num_unfinished_requests(self) -> int:
         return len(self._streams)
+
+    async def status(self) -> dict:
+        """Every replica that served a request (its latest report and how many it took) and the replicas by state."""
+        states = await asyncio.to_thread(self.deployment.replica_states)
+        replicas = [{**dataclasses.asdict(r), "requests": self.routed[rid]} for rid, r in sorted(self.reports.items())]
+        return {"routing": self.deployment.cluster.routing, "replica_states": states, "replicas": replicas}
 
 
 def _cause(e: RayTaskError) -> Exception:

@@ -83,6 +83,14 @@ class EngineDeployment:
         logger.info("deploying %s engine replicas on Ray Serve", self.cluster.replicas)
         return serve.run(deployment.bind(self.spec), name=APP_NAME, route_prefix=None)
 
+    def replica_states(self) -> dict[str, int]:
+        """Replicas by state (RUNNING, STARTING, ...), as the Serve controller sees them; a blocking call."""
+        app = serve.status().applications.get(APP_NAME)
+        if app is None or DEPLOYMENT_NAME not in app.deployments:
+            return {}
+        return {str(state.value if hasattr(state, "value") else state): count
+                for state, count in app.deployments[DEPLOYMENT_NAME].replica_states.items()}
+
     def stop(self) -> None:
         """Deletes the replicas (each drains, then shuts its engine down); stops Ray if this server started it."""
         if not ray.is_initialized():

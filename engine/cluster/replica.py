@@ -9,6 +9,7 @@ it) cancels the generator here, and vLLM aborts the request.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,7 +63,7 @@ class EngineReplica:
 
     def report(self) -> ReplicaReport:
         load = self.engine.load()
-        return ReplicaReport(self.replica_id, self.node_id, self.tiers.residency(), load.running, load.waiting,
+        return ReplicaReport(self.replica_id, self.node_id, os.getpid(), self.tiers.residency(), load.running, load.waiting,
                              load.kv_cache_usage, self.ongoing, self.counts.engine_loads,
                              self.counts.engine_load_seconds, load.generation_tokens)
 

@@ -12,6 +12,7 @@ class ReplicaReport:
 
     replica_id: str
     node_id: str
+    pid: int
     residency: dict[str, list[str]]  # tier (engine, cpu) -> adapter labels, most recently used last
     running: int
     waiting: int
