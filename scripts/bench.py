@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_cluster  # noqa: E402
 import bench_kernels  # noqa: E402
 import bench_serving  # noqa: E402
 import bench_tenants  # noqa: E402
@@ -73,6 +74,10 @@ SCENARIOS = {
         Scenario("baseline-hf", "transformers + peft one request at a time vs loraplex, the same prompts.",
                  bench_serving.baseline_hf, one_table(bench_serving.baseline_hf_table), in_quick=False,
                  models=BENCH_MODELS),
+        Scenario("cluster", "Scale-out: 2 engine replicas on Ray Serve with adapter-affinity routing and with Ray's "
+                 "default (power of two) against one engine: cold loads and TTFT under Zipf traffic over 64 adapters, "
+                 "and the latency the Ray hop adds per request and per token.",
+                 on_tiny(bench_cluster.run), bench_cluster.tables, in_quick=False),
         Scenario("kernels", "Offline throughput: vLLM's stock CPU LoRA ops vs loraplex's grouped ops.",
                  on_tiny(bench_kernels.run), one_table(bench_kernels.table), bench_kernels.plot, in_quick=False),
     )

@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 import bench  # noqa: E402
+import bench_cluster  # noqa: E402
 import bench_kernels  # noqa: E402
 import bench_servers  # noqa: E402
 import bench_tenants  # noqa: E402
@@ -19,7 +20,7 @@ from bench_report import markdown_table, replace_section, write_run  # noqa: E40
 
 
 @pytest.mark.parametrize("argv,expected", [
-    ([], ["overhead", "lora-scaling", "tiers", "noisy-neighbour", "baseline-hf", "kernels"]),
+    ([], ["overhead", "lora-scaling", "tiers", "noisy-neighbour", "baseline-hf", "cluster", "kernels"]),
     (["tiers", "kernels"], ["tiers", "kernels"]),
 ])
 def test_scenarios_parse(argv, expected):
@@ -216,3 +217,17 @@ def test_tenants_config_is_valid():
     for admission in bench_tenants.MODES.values():
         config = TenancyConfig.model_validate(bench_tenants.tenants_config({"a": "ka", "b": "kb"}, admission))
         assert [t.name for t in config.tenants] == ["a", "b"]
+
+
+def test_cluster_tables_show_the_hop_against_the_single_process_server():
+    def setup(name, ttft, tpot):
+        return {"setup": name, "ready_s": 30.0,
+                "zipf": {"distinct_used": 20, "cold_loads": 30.0, "ttft_p50_ms": 50.0, "ttft_p99_ms": 400.0,
+                         "output_tok_s": 900.0},
+                "hop": {"ttft_p50_ms": ttft, "tpot_p50_ms": tpot}}
+
+    results = {"num_adapters": 64, "zipf_s": 1.1, "concurrency": 8, "max_tokens": 32, "max_loras": 4,
+               "max_cpu_loras": 8, "setups": [setup("single process", 10.0, 5.0), setup("2 replicas", 14.5, 5.25)]}
+    (_, _, zipf), (_, headers, hop) = bench_cluster.tables(results)
+    assert zipf[0] == ["single process", 20, 30, 50.0, 400.0, 900]
+    assert hop[1] == ["2 replicas", 14.5, 4.5, 5.25, 0.25, 30.0]
