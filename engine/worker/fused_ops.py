@@ -26,7 +26,8 @@ class FusedWeightCache:
         self._max_entries = max_entries
 
     def get(self, stacked: tuple[torch.Tensor, ...], slots, kind: str, build) -> torch.Tensor:
-        slot_key = (slots.start, slots.stop) if isinstance(slots, slice) else tuple(slots.tolist())
+        # A slice's (start, stop) must not read as a list of two slots: slice(0, 3) is slots 0, 1, 2; [0, 3] is two.
+        slot_key = ("range", slots.start, slots.stop) if isinstance(slots, slice) else ("slots", *slots.tolist())
         key = (kind, stacked[0].data_ptr(), slot_key)
         try:
             versions = tuple((t.data_ptr(), t._version) for t in stacked)

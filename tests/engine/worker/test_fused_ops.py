@@ -82,3 +82,15 @@ def test_unadapted_module_is_skipped():
     fused_shrink(buffer, torch.randn(2, HIDDEN), lora_a, plan.padded, 1.0, cache)
     fused_expand(y, buffer, lora_b, (6,), 0, plan.padded, True, cache)
     assert torch.equal(y, before)
+
+
+def test_cache_keeps_a_slot_range_apart_from_two_slots():
+    """Slots 0, 1, 2 (a range) and slots 0 and 3 (a list) once shared a cache key: the next step ran with the
+    other batch's weights and vLLM's worker died on a shape mismatch."""
+    lora_a, lora_b = _stacked([2, 4, 8, 3], seed=2)
+    cache = FusedWeightCache()
+    for indices in ([0, 1, 2, 0], [0, 3, 3]):
+        indices = torch.tensor(indices)
+        x = torch.randn(len(indices), HIDDEN)
+        y = _apply(x, lora_a, lora_b, indices, cache)
+        torch.testing.assert_close(y, _reference(x, lora_a, lora_b, indices, 0.5), rtol=1e-5, atol=1e-5)
