@@ -23,6 +23,9 @@ class ClusterConfig(BaseModel):
                                  "autoscaling, the replica count to start with.")
     ray_address: str | None = Field(default=None, description="Ray cluster to join, e.g. 127.0.0.1:6379 (default: "
                                     "start a local Ray instance for this server).")
+    attach: bool = Field(default=False, description="Use the engine replicas already deployed on the Ray cluster "
+                         "(a KubeRay RayService with engine.cluster.app:build) instead of deploying them; they stay "
+                         "when this server stops.")
     routing: Literal["affinity", "power_of_two"] = Field(
         default=ROUTING_AFFINITY, description="Replica choice: 'affinity' sends a request to a replica holding its "
         "adapter unless that one is over --affinity-max-ongoing; 'power_of_two' is Ray Serve's default router.")
@@ -60,8 +63,10 @@ class ClusterConfig(BaseModel):
             problems.append(f"replicas ({self.replicas}) must lie in [min_replicas, max_replicas] when autoscaling")
         if not self.autoscale and self.replicas == 0:
             problems.append("replicas must be >= 1 without autoscaling")
-        if self.replicas is None and (self.ray_address is not None or self.autoscale):
-            problems.append("--ray-address and --autoscale need --replicas")
+        if self.replicas is None and (self.ray_address is not None or self.autoscale or self.attach):
+            problems.append("--ray-address, --autoscale and --attach need --replicas")
+        if self.attach and self.ray_address is None:
+            problems.append("--attach needs --ray-address (the cluster the replicas run on)")
         if problems:
             raise ValueError("; ".join(problems))
         return self

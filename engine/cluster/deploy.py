@@ -9,6 +9,7 @@ import signal
 import ray
 from ray import serve
 from ray.serve.config import AutoscalingConfig, RequestRouterConfig
+from ray.serve.deployment import Application
 from ray.serve.handle import DeploymentHandle
 
 from engine.cluster.config import ROUTING_AFFINITY, ClusterConfig
@@ -20,6 +21,7 @@ logger = logging.getLogger(__name__)
 APP_NAME = "loraplex"
 DEPLOYMENT_NAME = "engine"
 NAMESPACE = "loraplex"
+HEALTH_CHECK_PERIOD_S = 2.0  # a replica whose engine died is replaced within seconds
 # A small object store: only deltas and reports cross it (Ray's default reserves 30% of memory).
 OBJECT_STORE_BYTES = 256 * 2**20
 # Variables every replica needs, wherever Ray started its worker.
@@ -39,6 +41,24 @@ def _router(cluster: ClusterConfig) -> RequestRouterConfig:
                                    request_router_kwargs={"max_ongoing": cluster.affinity_max_ongoing},
                                    request_routing_stats_period_s=cluster.replica_stats_period_s)
     return RequestRouterConfig(request_routing_stats_period_s=cluster.replica_stats_period_s)
+
+
+def engine_application(cluster: ClusterConfig, spec: ReplicaSpec, drain_timeout_s: float) -> Application:
+    """The engine replicas as a Serve application: what `serve --replicas` deploys, and what an operator's
+    RayService deploys through `engine.cluster.app:build`."""
+    options: dict = {
+        "name": DEPLOYMENT_NAME,
+        "max_ongoing_requests": cluster.max_ongoing_requests,
+        "ray_actor_options": {"num_cpus": cluster.replica_num_cpus},
+        "request_router_config": _router(cluster),
+        "graceful_shutdown_timeout_s": drain_timeout_s,
+        "health_check_period_s": HEALTH_CHECK_PERIOD_S,
+    }
+    if cluster.autoscale:
+        options["autoscaling_config"] = _autoscaling(cluster)
+    else:
+        options["num_replicas"] = cluster.replicas
+    return serve.deployment(EngineReplica).options(**options).bind(spec)
 
 
 class EngineDeployment:
@@ -67,21 +87,12 @@ class EngineDeployment:
                 if handler is not None:
                     signal.signal(sig, handler)
         serve.start(proxy_location="Disabled")
-        options: dict = {
-            "name": DEPLOYMENT_NAME,
-            "max_ongoing_requests": self.cluster.max_ongoing_requests,
-            "ray_actor_options": {"num_cpus": self.cluster.replica_num_cpus},
-            "request_router_config": _router(self.cluster),
-            "graceful_shutdown_timeout_s": self.drain_timeout_s,
-            "health_check_period_s": 2.0,
-        }
-        if self.cluster.autoscale:
-            options["autoscaling_config"] = _autoscaling(self.cluster)
-        else:
-            options["num_replicas"] = self.cluster.replicas
-        deployment = serve.deployment(EngineReplica).options(**options)
+        if self.cluster.attach:
+            logger.info("using the engine replicas already deployed as %s/%s", APP_NAME, DEPLOYMENT_NAME)
+            return serve.get_deployment_handle(DEPLOYMENT_NAME, app_name=APP_NAME)
         logger.info("deploying %s engine replicas on Ray Serve", self.cluster.replicas)
-        return serve.run(deployment.bind(self.spec), name=APP_NAME, route_prefix=None)
+        return serve.run(engine_application(self.cluster, self.spec, self.drain_timeout_s), name=APP_NAME,
+                         route_prefix=None)
 
     def replica_states(self) -> dict[str, int]:
         """Replicas by state (RUNNING, STARTING, ...), as the Serve controller sees them; a blocking call."""
@@ -92,12 +103,14 @@ class EngineDeployment:
                 for state, count in app.deployments[DEPLOYMENT_NAME].replica_states.items()}
 
     def stop(self) -> None:
-        """Deletes the replicas (each drains, then shuts its engine down); stops Ray if this server started it."""
+        """Deletes the replicas (each drains, then shuts its engine down) unless they were only attached to; stops
+        Ray if this server started it."""
         if not ray.is_initialized():
             return
         try:
-            serve.delete(APP_NAME)
-            serve.shutdown()
+            if not self.cluster.attach:
+                serve.delete(APP_NAME)
+                serve.shutdown()
         finally:
             if self._started_ray:
                 ray.shutdown()

@@ -14,6 +14,7 @@ def test_off_by_default():
 @pytest.mark.parametrize(("values", "problem"), [
     ({"replicas": 0}, "replicas must be >= 1 without autoscaling"),
     ({"ray_address": "127.0.0.1:6379"}, "need --replicas"),
+    ({"replicas": 2, "attach": True}, "--attach needs --ray-address"),
     ({"autoscale": True}, "need --replicas"),
     ({"replicas": 1, "autoscale": True, "min_replicas": 3, "max_replicas": 2}, "min_replicas (3) must be <="),
     ({"replicas": 5, "autoscale": True, "min_replicas": 1, "max_replicas": 4}, "must lie in [min_replicas"),
