@@ -5,6 +5,8 @@
    (power of two choices). Every engine has max_loras 4 and max_cpu_loras 8.
 2. The Ray hop: the base model, one request at a time, on one engine and through 2 replicas: TTFT (per request)
    and time per output token.
+3. Scale to zero: a server autoscaling between 0 and 1 replicas, started with none: the first request's TTFT (it
+   waits for a replica and its engine to start), then a warm one.
 
 Servers run one after another on the same machine, each with its own empty registry and caches; the 2 replicas
 share the machine's cores with each other (on this 2-core host they do not add compute).
@@ -80,6 +82,32 @@ async def _hop(client: httpx.AsyncClient, num_requests: int) -> dict:
             "ttft_p99_ms": percentile_ms(ttfts, 99), "tpot_p50_ms": percentile_ms(per_token, 50)}
 
 
+COLD_FLAGS = ("--replicas", "0", "--autoscale", "--min-replicas", "0", "--max-replicas", "1", "--upscale-delay-s", "0",
+              "--downscale-delay-s", "600")
+
+
+def _cold_start(demo, out_dir: Path) -> dict:
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="loraplex-bench-cluster-") as state:
+        cmd = loraplex_command(port, {}, MAX_LORAS, MAX_CPU_LORAS, demo.model_dir,
+                               extra=(*own_state(state), *COLD_FLAGS))
+        say("cluster: starting a server scaled to zero")
+        try:
+            with running(cmd, port, out_dir / ".cluster-cold.log", ready_path="/ready") as base:
+                async def drive():
+                    async with httpx.AsyncClient(base_url=base, timeout=600) as client:
+                        cold, _ = await stream_ttft(client, _body(MODEL_ID))
+                        warm, _ = await stream_ttft(client, _body(MODEL_ID))
+                        return cold, warm
+
+                cold, warm = asyncio.run(drive())
+        except (RuntimeError, httpx.HTTPError) as e:
+            say(f"  scale to zero failed: {e}")
+            return {"error": f"{type(e).__name__}: {e}"}
+    say(f"  scale to zero: first TTFT {cold:.1f} s, then {warm * 1000:.0f} ms")
+    return {"first_ttft_s": round(cold, 2), "warm_ttft_ms": round(warm * 1000, 1)}
+
+
 def run(out_dir: Path, quick: bool) -> dict:
     demo = demo_assets()
     adapters = many_adapters(demo.model_dir, NUM_ADAPTERS, RANK, "zipf")
@@ -109,7 +137,8 @@ def run(out_dir: Path, quick: bool) -> dict:
             f"{zipf['cold_loads']:.0f} cold loads; hop TTFT p50 {hop['ttft_p50_ms']:.1f} ms")
         rows.append({"setup": label, "ready_s": round(ready_s, 1), "zipf": zipf, "hop": hop})
     return {"num_adapters": NUM_ADAPTERS, "zipf_s": ZIPF_S, "concurrency": CONCURRENCY, "max_tokens": MAX_TOKENS,
-            "max_loras": MAX_LORAS, "max_cpu_loras": MAX_CPU_LORAS, "replicas": REPLICAS, "setups": rows}
+            "max_loras": MAX_LORAS, "max_cpu_loras": MAX_CPU_LORAS, "replicas": REPLICAS, "setups": rows,
+            "scale_to_zero": _cold_start(demo, out_dir)}
 
 
 def _ms(value: float | None):
@@ -117,6 +146,7 @@ def _ms(value: float | None):
 
 
 def tables(results: dict):
+    cold = results.get("scale_to_zero", {})
     zipf = [[r["setup"], r["zipf"]["distinct_used"], round(r["zipf"]["cold_loads"]), _ms(r["zipf"]["ttft_p50_ms"]),
              _ms(r["zipf"]["ttft_p99_ms"]), round(r["zipf"]["output_tok_s"])] for r in results["setups"]]
     single = results["setups"][0]["hop"]
@@ -130,4 +160,7 @@ def tables(results: dict):
          ["setup", "adapters used", "cold loads", "TTFT p50 ms", "TTFT p99 ms", "output tok/s"], zipf),
         ("The Ray hop: base model, one request at a time",
          ["setup", "TTFT p50 ms", "+ vs single", "TPOT p50 ms", "+ vs single", "ready after s"], hop),
+        ("Scale to zero (0 to 1 replica): the first request waits for a replica to start",
+         ["first request TTFT s", "next request TTFT ms", "error"],
+         [[cold.get("first_ttft_s", "-"), cold.get("warm_ttft_ms", "-"), cold.get("error", "")]]),
     ]

@@ -228,6 +228,6 @@ def test_cluster_tables_show_the_hop_against_the_single_process_server():
 
     results = {"num_adapters": 64, "zipf_s": 1.1, "concurrency": 8, "max_tokens": 32, "max_loras": 4,
                "max_cpu_loras": 8, "setups": [setup("single process", 10.0, 5.0), setup("2 replicas", 14.5, 5.25)]}
-    (_, _, zipf), (_, headers, hop) = bench_cluster.tables(results)
+    (_, _, zipf), (_, headers, hop), _ = bench_cluster.tables(results)
     assert zipf[0] == ["single process", 20, 30, 50.0, 400.0, 900]
     assert hop[1] == ["2 replicas", 14.5, 4.5, 5.25, 0.25, 30.0]
