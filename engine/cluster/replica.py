@@ -26,7 +26,7 @@ from engine.async_engine import LoraplexEngine
 from engine.cluster.report import ReplicaReport, ReplicaTierCounts
 from engine.cluster.router import RESIDENT_STAT
 from engine.config import EngineConfig
-from engine.types import ChoiceDelta
+from engine.types import ChoiceDelta, EngineError
 
 logger = logging.getLogger(__name__)
 
@@ -57,31 +57,36 @@ class EngineReplica:
         self.engine.start()
         self.tiers = AdapterTiers(self.engine, self.disk, self.registry.check_folder, self.counts,
                                   spec.engine.max_loras, spec.engine.max_cpu_loras, frozenset(spec.pins))
-        self.engine.add_step_listener(lambda wall, tokens, busy: self.tiers.on_step(self.engine.load().running_by_adapter))
+        self.engine.add_step_listener(self._on_step)
         self.ongoing = 0
         logger.info("engine replica %s ready on node %s", self.replica_id, self.node_id)
 
+    def _on_step(self, wall: float, tokens: int, busy: bool) -> None:
+        self.tiers.on_step(self.engine.load().running_by_adapter)
+
     def report(self) -> ReplicaReport:
         load = self.engine.load()
-        return ReplicaReport(self.replica_id, self.node_id, os.getpid(), self.tiers.residency(), load.running, load.waiting,
-                             load.kv_cache_usage, self.ongoing, self.counts.engine_loads,
+        return ReplicaReport(self.replica_id, self.node_id, os.getpid(), self.tiers.residency(), load.running,
+                             load.waiting, load.kv_cache_usage, self.ongoing, self.counts.engine_loads,
                              self.counts.engine_load_seconds, load.generation_tokens)
 
     def record_routing_stats(self) -> dict:
         """Ray Serve calls this every `request_routing_stats_period_s` and hands it to the router."""
         return {RESIDENT_STAT: self.tiers.residency()[TIER_CPU], "ongoing": self.ongoing}
 
-    async def stats(self) -> ReplicaReport:
-        return self.report()
-
     async def generate(self, request_id: str, prompt_token_ids: list[int], params, manifest: Manifest | None,
                        cache_salt: str | None = None, adapter_key: str | None = None
                        ) -> AsyncIterator[ReplicaReport | list[ChoiceDelta]]:
-        """A report of this replica, then the engine's deltas. `adapter_key` only steers the router."""
+        """A report of this replica, then the engine's deltas. `adapter_key` only steers the router. The adapter's
+        own failures (validation, fetch) are EngineError: the request asked for nothing invalid."""
         self.ongoing += 1
         try:
             yield self.report()
-            acquired = await self.tiers.acquire(manifest) if manifest is not None else None
+            try:
+                acquired = await self.tiers.acquire(manifest) if manifest is not None else None
+            except (OSError, LookupError, ValueError) as e:  # AdapterValidationError is a ValueError
+                raise EngineError(f"adapter {manifest.label} could not be loaded on replica {self.replica_id}: "
+                                  f"{e}") from e
             try:
                 adapter = acquired.adapter if acquired is not None else None
                 async for step in self.engine.generate(request_id, prompt_token_ids, params, adapter, cache_salt):
