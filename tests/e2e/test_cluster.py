@@ -130,6 +130,32 @@ def test_tenant_limits_are_exact_across_replicas(cluster, keys):
     assert statuses == [200, 200, 200, 429, 429]
 
 
+def _replica_report(cluster, keys, replica_id: str) -> dict:
+    return next(r for r in _status(cluster, keys)["replicas"] if r["replica_id"] == replica_id)
+
+
+def test_a_dropped_stream_is_aborted_on_its_replica(cluster, keys, acme):
+    long_tokens = 450
+    assert _complete(cluster.url, acme, "sql-helper", max_tokens=1).status_code == 200
+    (holder,) = _holders(_status(cluster, keys), "sql-helper@1")
+    before = _replica_report(cluster, keys, holder)["generation_tokens"]
+    with httpx.stream("POST", f"{cluster.url}/v1/completions", headers=acme, timeout=120,
+                      json={"model": "sql-helper", "prompt": PROMPT, "max_tokens": long_tokens, "ignore_eos": True,
+                            "stream": True}) as response:
+        _read_until_first_chunk(response.iter_lines())
+    # Each probe is routed to the holder (affinity) and brings back its report from when it arrived there: calls in
+    # progress on the replica, the probe included.
+    deadline = time.monotonic() + 60
+    while True:
+        assert _complete(cluster.url, acme, "sql-helper", max_tokens=1).status_code == 200
+        report = _replica_report(cluster, keys, holder)
+        if report["ongoing"] == 1:
+            break
+        assert time.monotonic() < deadline, "the dropped stream is still running on its replica"
+    probes_and_stream = report["generation_tokens"] - before
+    assert probes_and_stream < long_tokens, "the engine generated the whole dropped stream"
+
+
 def _read_until_first_chunk(lines) -> dict:
     for line in lines:
         if line.startswith("data: "):
