@@ -80,10 +80,11 @@ class RayEngineClient:
             finished = False
             try:
                 async for item in stream:
-                    if isinstance(item, ReplicaReport):
-                        replica_id = item.replica_id
-                        self.reports[item.replica_id] = item
-                        self.routed[item.replica_id] += 1
+                    if isinstance(item, ReplicaReport):  # first and last
+                        if replica_id is None:
+                            replica_id = item.replica_id
+                            self.routed[replica_id] += 1
+                        self.reports[replica_id] = item
                         continue
                     yield item
                 finished = True

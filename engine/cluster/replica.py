@@ -77,7 +77,7 @@ class EngineReplica:
     async def generate(self, request_id: str, prompt_token_ids: list[int], params, manifest: Manifest | None,
                        cache_salt: str | None = None, adapter_key: str | None = None
                        ) -> AsyncIterator[ReplicaReport | list[ChoiceDelta]]:
-        """A report of this replica, then the engine's deltas. `adapter_key` only steers the router. The adapter's
+        """A report of this replica, the engine's deltas, and a report again. `adapter_key` only steers the router. The adapter's
         own failures (validation, fetch) are EngineError: the request asked for nothing invalid."""
         self.ongoing += 1
         try:
@@ -96,6 +96,7 @@ class EngineReplica:
                     self.tiers.release(acquired)
         finally:
             self.ongoing -= 1
+        yield self.report()  # and one at the end: what the request left resident
 
     def check_health(self) -> None:
         if not self.engine.is_alive():

@@ -1,4 +1,4 @@
-"""What an engine replica tells the server about itself: sent first on every response and in routing stats."""
+"""What an engine replica tells the server about itself: first and last on every response."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class ReplicaReport:
-    """One replica's state when a request reached it."""
+    """One replica's state when a request reached it, or when it left."""
 
     replica_id: str
     node_id: str

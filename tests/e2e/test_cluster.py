@@ -143,13 +143,13 @@ def test_a_dropped_stream_is_aborted_on_its_replica(cluster, keys, acme):
                       json={"model": "sql-helper", "prompt": PROMPT, "max_tokens": long_tokens, "ignore_eos": True,
                             "stream": True}) as response:
         _read_until_first_chunk(response.iter_lines())
-    # Each probe is routed to the holder (affinity) and brings back its report from when it arrived there: calls in
-    # progress on the replica, the probe included.
+    # Each probe is routed to the holder (affinity) and brings back its report from when it left: the calls still in
+    # progress on the replica.
     deadline = time.monotonic() + 60
     while True:
         assert _complete(cluster.url, acme, "sql-helper", max_tokens=1).status_code == 200
         report = _replica_report(cluster, keys, holder)
-        if report["ongoing"] == 1:
+        if report["ongoing"] == 0:
             break
         assert time.monotonic() < deadline, "the dropped stream is still running on its replica"
     probes_and_stream = report["generation_tokens"] - before
