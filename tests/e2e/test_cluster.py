@@ -32,7 +32,7 @@ def cluster(demo_home, adapter_dirs, tenants_file, tmp_path_factory):
     ledger = tmp_path_factory.mktemp("cluster") / "usage.sqlite"
     argv = [sys.executable, "-m", "api.cli", "serve", "--demo", TINY, "--config", str(tenants_file),
             "--replicas", "2", "--affinity-max-ongoing", "2", "--replica-stats-period-s", "0.5",
-            "--max-loras", "2", "--max-cpu-loras", "4", "--max-num-seqs", "16", "--max-model-len", "2048",
+            "--max-loras", "2", "--max-cpu-loras", "4", "--max-num-seqs", "16", "--max-model-len", "1024",
             "--kv-cache-gib", "0.25", "--ledger-path", str(ledger), "--drain-timeout-s", "10",
             "--adapter", f"{EXTRA_ADAPTER}={adapter_dirs[EXTRA_ADAPTER]}"]
     process = ServerProcess(argv, env, log_path)
@@ -169,7 +169,7 @@ def test_a_replica_killed_mid_stream(cluster, keys):
     before = _requests_by_replica(_status(cluster, keys))
     with httpx.stream("POST", f"{cluster.url}/v1/completions", timeout=120,
                       headers={**solo, "X-Request-Id": killed_id},
-                      json={"model": "poet", "prompt": PROMPT, "max_tokens": 2000, "ignore_eos": True,
+                      json={"model": "poet", "prompt": PROMPT, "max_tokens": 1000, "ignore_eos": True,
                             "stream": True}) as response:
         lines = response.iter_lines()
         _read_until_first_chunk(lines)
