@@ -6,7 +6,8 @@ a victim before loading a newcomer, so vLLM's own eviction never has to run. Eng
 vLLM per step; they are mirrored here from the adapters each step ran, for hit/miss counts and residency.
 
 Loads are single-flight per adapter and run off the event loop (fetch and validation in a thread; the engine
-core reads the weights in its own process), so other streams keep flowing while an adapter loads.
+core reads the weights in its own process), so other streams keep flowing while an adapter loads; loads of
+different adapters run side by side (the engine core still executes its add-LoRA calls one at a time).
 """
 
 from __future__ import annotations
@@ -76,6 +77,23 @@ class Acquired:
     load_seconds: float
 
 
+class EngineTiers(Protocol):
+    """What the server asks of the tiers in front of its engine: `AdapterTiers`, or the scale-out mode's view of
+    tiers each engine replica keeps for itself."""
+
+    def is_pinned(self, manifest: Manifest) -> bool: ...
+
+    async def acquire(self, manifest: Manifest) -> Acquired: ...
+
+    def release(self, acquired: Acquired) -> None: ...
+
+    async def evict(self, manifest: Manifest) -> bool: ...
+
+    def residency(self) -> dict[str, list[str]]: ...
+
+    def on_step(self, running_by_engine_name: dict[str, int]) -> None: ...
+
+
 class AdapterTiers:
     def __init__(self, engine: AdapterEngine, disk: DiskTier, validate: Callable[[Manifest, Path], object],
                  events: TierEvents, max_loras: int, max_cpu_loras: int, pinned: frozenset[str] = frozenset()):
@@ -90,6 +108,7 @@ class AdapterTiers:
         self._slots: OrderedDict[str, str] = OrderedDict()  # engine name -> label, LRU first
         self._in_use: Counter[int] = Counter()
         self._loading: dict[int, asyncio.Future[tuple[LocatedAdapter, str]]] = {}
+        self._loads_in_flight = 0
         self._engine_lock = asyncio.Lock()
 
     def is_pinned(self, manifest: Manifest) -> bool:
@@ -157,19 +176,27 @@ class AdapterTiers:
         self._events.set_resident(label, TIER_DISK, True)
         await asyncio.to_thread(self._validate, manifest, path)
         adapter = LocatedAdapter(manifest.identity, path)
+        # Room is made under the lock and held by `_loads_in_flight`; the load itself runs outside it, so loads of
+        # different adapters do not wait on each other here.
         async with self._engine_lock:
             await self._make_room()
-            loaded_at = time.monotonic()
+            self._loads_in_flight += 1
+        loaded_at = time.monotonic()
+        try:
             await self._engine.load_adapter(adapter)
-            self._events.observe_load(TIER_CPU, time.monotonic() - loaded_at)
-            self._cpu[adapter_id] = adapter
-            self._events.set_resident(label, TIER_CPU, True)
+        finally:
+            self._loads_in_flight -= 1
+        self._cpu[adapter_id] = adapter
+        self._events.observe_load(TIER_CPU, time.monotonic() - loaded_at)
+        self._events.set_resident(label, TIER_CPU, True)
+        async with self._engine_lock:
             await self._reconcile()
         return adapter, TIER_DISK if disk_hit else "store"
 
     async def _make_room(self) -> None:
-        """Evicts LRU unpinned adapters, idle ones first, until one more fits in the CPU tier."""
-        while len(self._cpu) >= self._max_cpu:
+        """Evicts LRU unpinned adapters, idle ones first, until one more fits in the CPU tier beside the loads
+        in flight."""
+        while len(self._cpu) + self._loads_in_flight >= self._max_cpu:
             victim = self._victim()
             if victim is None:
                 return  # everything is pinned: vLLM's own LRU decides
@@ -193,9 +220,11 @@ class AdapterTiers:
         self._disk.unpin(identity.name)
 
     async def _reconcile(self) -> None:
-        """Drops from the mirror whatever the engine no longer holds."""
+        """Drops from the mirror whatever the engine no longer holds. Only ids loaded before the engine was asked
+        are checked: a load finishing meanwhile may not be in its answer."""
+        known = list(self._cpu)
         resident = await self._engine.resident_adapter_ids()
-        for adapter_id in [i for i in self._cpu if i not in resident]:
+        for adapter_id in [i for i in known if i not in resident and i in self._cpu]:
             self._left_cpu(self._cpu.pop(adapter_id).identity)
 
     def _drop_slot(self, engine_name: str) -> None:

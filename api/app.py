@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.admin.router import admin_router
 from api.batch.router import FILES_PATH, batch_router
+from api.cluster.status import cluster_router
 from api.errors import OpenAIError, from_http_status, from_validation_error
 from api.graphs.router import graphs_router
 from api.jobs.router import jobs_router
@@ -84,6 +85,7 @@ def create_app(server: Server) -> FastAPI:
     app.include_router(graphs_router)
     app.include_router(batch_router)
     app.include_router(jobs_router)
+    app.include_router(cluster_router)
     app.add_exception_handler(OpenAIError, _on_openai_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)

@@ -18,7 +18,7 @@ from adapters.identity import parse_model_ref
 from adapters.registry import Registry
 from adapters.rollouts import RolloutStore
 from adapters.store import open_store
-from adapters.tiers import TIER_DISK, AdapterTiers
+from adapters.tiers import TIER_DISK, AdapterTiers, EngineTiers
 from api.admin.serving import AdminService
 from api.auth import Authenticator
 from api.batch.config import BatchConfig
@@ -27,6 +27,7 @@ from api.batch.lines import Endpoint
 from api.batch.runner import BatchRunner
 from api.batch.serving import BatchService
 from api.batch.store import BatchStore
+from api.cluster.status import ClusterView, ReplicaCollector
 from api.generation.accounting import Accounts, OutcomeSink
 from api.generation.adapter_loading import AdapterLoader
 from api.generation.admission import EngineAdmission
@@ -119,7 +120,7 @@ class Server:
     auth: Authenticator
     metrics: Metrics
     ledger: UsageLedger
-    tiers: AdapterTiers | None
+    tiers: EngineTiers | None
     disk: AdapterDiskCache | None
     meter: ComputeMeter
     tracing: Tracing
@@ -134,6 +135,7 @@ class Server:
     drift_store: DriftStore
     pins: tuple[str, ...] = ()
     batch_config: BatchConfig = field(default_factory=BatchConfig)
+    cluster: ClusterView | None = None  # the engine replicas of the scale-out mode
     chat: ChatService = field(init=False)
     completion: CompletionService = field(init=False)
     admin: AdminService = field(init=False)
@@ -219,6 +221,10 @@ class Server:
         data = {**dashboard_snapshot(self.metrics, residency, time.time(), self.drift.snapshot()),
                 "routing": self.routing.panel()}
         data["batches"] = self.batches.dashboard_rows()
+        if self.cluster is not None:
+            data["replicas"] = {rid: {"residency": r.residency, "ongoing": r.ongoing, "running": r.running,
+                                      "waiting": r.waiting, "requests": self.cluster.routed.get(rid, 0)}
+                                for rid, r in self.cluster.reports.items()}
         return data
 
     def stop_background(self) -> None:
@@ -255,11 +261,13 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
                  tiers_sizes: TierSizes | None, pins: tuple[str, ...] = (), max_running: int | None = None,
                  tracing: Tracing | None = None, input_limits: InputLimits = InputLimits(),
                  routing: RoutingConfig = RoutingConfig(), drift_config: DriftConfig = DEFAULT_DRIFT,
-                 batch_config: BatchConfig = BatchConfig()) -> Server:
-    """`tiers_sizes` None: no adapter tiers (the fake engine of HTTP-layer tests). `max_running` is the
-    engine's batch size, used unless the tenants file sets its own admission size. `tracing` replaces the
-    one `options.otlp_endpoint` describes (tests pass an in-memory exporter). Raises GraphError listing every
-    problem of the tenants file's virtual models."""
+                 batch_config: BatchConfig = BatchConfig(), remote_tiers: EngineTiers | None = None,
+                 cluster: ClusterView | None = None) -> Server:
+    """`tiers_sizes` None: no adapter tiers here (the fake engine of HTTP-layer tests), unless `remote_tiers` stands
+    for tiers the engine keeps itself (the replicas of the scale-out mode, `engine.cluster.client.ClusterTiers`).
+    `max_running` is the engine's batch size, used unless the tenants file sets its own admission size. `tracing`
+    replaces the one `options.otlp_endpoint` describes (tests pass an in-memory exporter). Raises GraphError
+    listing every problem of the tenants file's virtual models."""
     virtual = VirtualModelTable(engine.model_id, registry, tenancy.virtual_models)
     metrics = Metrics(CollectorRegistry(), options.metrics_top_n, tenancy.slo_for)
     drift = DriftMonitor(drift_config)
@@ -278,7 +286,7 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
                           max_queue_wait_s=tenancy.admission.max_queue_wait_s,
                           max_background_with_live=tenancy.admission.max_batch_running_with_live,
                           background_quiet_s=tenancy.admission.batch_quiet_s)
-    tiers = disk = None
+    tiers, disk = remote_tiers, None
     if tiers_sizes is not None:
         disk = AdapterDiskCache(tiers_sizes.disk_dir, tiers_sizes.disk_bytes, registry.store,
                                 on_evict=lambda entry: tier_events.evicted(entry.label, TIER_DISK))
@@ -287,6 +295,8 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
         tiers = AdapterTiers(engine, disk, registry.check_folder, tier_events, tiers_sizes.max_loras,
                              tiers_sizes.max_cpu_loras, frozenset(pins))
     metrics.set_engine_source(lambda: _engine_gauges(engine))
+    if cluster is not None:
+        metrics.registry.register(ReplicaCollector(cluster))
     metrics.set_admission_source(lambda: _admission_counts(queue))
     tracing = tracing or Tracing(options.otlp_endpoint)
     lifecycle = Lifecycle()
@@ -319,6 +329,7 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
         pipeline=pipeline, catalog=ModelCatalog(resolver, virtual), input_limits=input_limits, history=history,
         routing=RoutingService(rollouts, router, routing.ab_min_samples), graphs=GraphService(virtual, tenancy),
         drift=drift, drift_store=drift_store, pins=pins, batch_config=batch_config,
+        cluster=cluster,
     )
 
 

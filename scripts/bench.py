@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_batch  # noqa: E402
+import bench_cluster  # noqa: E402
 import bench_kernels  # noqa: E402
 import bench_routing  # noqa: E402
 import bench_serving  # noqa: E402
@@ -80,6 +81,10 @@ SCENARIOS = {
         Scenario("batch", "Live TTFT with and without a running batch (interleaved rounds), and an idle engine's "
                  "throughput for the same prompts sent as one batch and sent live.",
                  on_tiny(bench_batch.run), bench_batch.tables, in_quick=False),
+        Scenario("cluster", "Scale-out: 2 engine replicas on Ray Serve with adapter-affinity routing and with Ray's "
+                 "default (power of two) against one engine: cold loads and TTFT under Zipf traffic over 64 adapters, "
+                 "and the latency the Ray hop adds per request and per token.",
+                 on_tiny(bench_cluster.run), bench_cluster.tables, in_quick=False),
         Scenario("kernels", "Offline throughput: vLLM's stock CPU LoRA ops vs loraplex's grouped ops, eager and native.",
                  bench_kernels.run, one_table(bench_kernels.table), bench_kernels.plot, in_quick=False,
                  models=("tiny", "mid")),

@@ -26,9 +26,19 @@ import time
 from pathlib import Path
 
 import httpx
+from bench_servers import (
+    bounded,
+    demo_assets,
+    free_port,
+    loraplex_command,
+    own_state,
+    percentile_ms,
+    running,
+    say,
+    stream_ttft,
+)
+
 from adapters.base_model import base_model_spec
-from bench_servers import bounded, demo_assets, free_port, loraplex_command, own_state, percentile_ms, running, say, \
-    stream_ttft
 
 LIVE_RATE_PER_S, LIVE_TOKENS, BATCH_TOKENS = 2.0, 32, 64
 ENGINE_BATCH = 32

@@ -71,10 +71,14 @@ def _descendants(pid: int) -> set[int]:
     found, frontier = set(), [pid]
     while frontier:
         parent = frontier.pop()
-        try:
-            children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
-        except OSError:
-            continue
+        children = []
+        # Every thread's list: a child started by a thread other than the main one (Ray runs a replica's code
+        # on one) is listed under that thread only.
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children += (task / "children").read_text().split()
+            except OSError:
+                continue
         for child in map(int, children):
             if child not in found:
                 found.add(child)

@@ -14,7 +14,8 @@ PACKAGES = ("adapters", "engine", "api")
 ALLOWED = {"adapters": {"adapters"}, "engine": {"adapters", "engine"}, "api": {"adapters", "engine", "api"}}
 # Imports inside a function for a reason other than a cycle, and the reason.
 LAZY = {
-    "api.cli.serve": "the server imports vLLM (seconds); `loraplex adapters` and `keys` start without it",
+    "api.cli.serve": "the server imports vLLM (seconds); `loraplex adapters` and `keys` start without it; "
+                     "Ray (api.cluster.serve) is imported only with --replicas",
     "engine.worker.plugin": "vLLM calls register() while importing itself; the ops modules import vLLM",
 }
 

@@ -12,7 +12,7 @@ from adapters.index import RegistryError
 from adapters.manifest import Manifest
 from adapters.registry import AdapterNotFound, AdapterSummary, Registry
 from adapters.store import open_store
-from adapters.tiers import AdapterTiers
+from adapters.tiers import EngineTiers
 from adapters.validation import AdapterValidationError
 from api.admin.protocol import (
     AdapterList,
@@ -37,7 +37,7 @@ def _invalid(e: AdapterValidationError) -> OpenAIError:
 
 
 class AdminService:
-    def __init__(self, registry: Registry, tiers: AdapterTiers | None, max_upload_bytes: int,
+    def __init__(self, registry: Registry, tiers: EngineTiers | None, max_upload_bytes: int,
                  prewarm_on_promote: bool):
         self.registry = registry
         self.tiers = tiers

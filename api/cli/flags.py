@@ -14,7 +14,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, model: type[BaseModel]
         if name in skip:
             continue
         flag = "--" + name.replace("_", "-")
-        annotation = field.annotation
+        annotation = _without_none(field.annotation)
         shown = "" if "default" in (field.description or "") else " (default: %(default)s)"
         kwargs: dict = {"dest": name, "default": field.default, "help": f"{field.description}{shown}"}
         if typing.get_origin(annotation) is typing.Literal:
@@ -24,6 +24,14 @@ def add_config_arguments(parser: argparse.ArgumentParser, model: type[BaseModel]
         elif annotation is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         parser.add_argument(flag, **kwargs)
+
+
+def _without_none(annotation: object) -> object:
+    """`int | None` -> int: an optional number is still typed on the command line."""
+    args = typing.get_args(annotation)
+    if type(None) in args and len(args) == 2:
+        return next(a for a in args if a is not type(None))
+    return annotation
 
 
 Config = typing.TypeVar("Config", bound=BaseModel)

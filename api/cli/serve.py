@@ -29,6 +29,7 @@ from api.server import ServingOptions, TierSizes, build_server
 from api.tenancy.config import ConfigError, TenancyConfig, load_tenancy_config
 from api.tenancy.ledger import LedgerError
 from api.tenancy.limits_backend import LimitsUnavailable
+from engine.cluster.config import ClusterConfig
 from engine.config import EngineConfig
 
 
@@ -71,6 +72,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     add_config_arguments(serve, RoutingConfig, skip=set())
     add_config_arguments(serve, DriftConfig, skip=set())
     add_config_arguments(serve, BatchConfig, skip=set())
+    add_config_arguments(serve, ClusterConfig, skip=set())
 
 
 def parse_adapter_flag(value: str) -> tuple[str, Path]:
@@ -137,10 +139,17 @@ def check_virtual_models(tenancy: TenancyConfig, registry: Registry, base_model_
         raise SystemExit(f"invalid virtual models in {path}:\n  - " + "\n  - ".join(e.problems)) from e
 
 
+def cluster_config(args: argparse.Namespace, tenancy: TenancyConfig) -> ClusterConfig:
+    """The flags when --replicas is given, else the tenants file's `cluster:` section, else off."""
+    if args.replicas is not None or tenancy.cluster is None:
+        return config_from_args(ClusterConfig, args)
+    return tenancy.cluster
+
+
 def serve(args: argparse.Namespace) -> None:
     # vLLM loads here, not at import: `loraplex adapters ...` and `keys ...` start without it.
     from api.app import create_app
-    from engine.async_engine import LoraplexEngine
+    from engine.async_engine import LoraplexEngine, model_id_of
 
     try:
         flags = [parse_adapter_flag(v) for v in args.adapter]
@@ -174,27 +183,38 @@ def serve(args: argparse.Namespace) -> None:
     except BaseModelError as e:
         raise SystemExit(f"--model: {e}") from e
     try:
+        cluster = cluster_config(args, tenancy)
+    except ValidationError as e:
+        raise SystemExit(f"invalid configuration:\n{e}") from e
+    try:
         registry = Registry.from_config(registry_config, base, engine_config.max_lora_rank)
     except DB_ERRORS as e:
         raise SystemExit(f"--index-url: cannot open the registry index: {e}") from e
     published = _publish_startup_adapters(registry, flags)
     check_virtual_models(tenancy, registry, base.model_id, options.config)
-    engine = LoraplexEngine(engine_config)
-    if engine.model_id != base.model_id:
-        raise SystemExit(f"model id mismatch: engine {engine.model_id!r}, registry base {base.model_id!r}")
+    if model_id_of(engine_config) != base.model_id:
+        raise SystemExit(f"model id mismatch: engine {model_id_of(engine_config)!r}, registry base {base.model_id!r}")
     if len(args.pin) >= engine_config.max_cpu_loras:
         raise SystemExit(f"--pin: {len(args.pin)} pinned adapters leave no room in max_cpu_loras "
                          f"{engine_config.max_cpu_loras}")
-    sizes = TierSizes(engine_config.max_loras, engine_config.max_cpu_loras,
-                      registry_config.resolved_disk_cache_dir(), registry_config.disk_cache_bytes)
     try:
-        server = build_server(engine, registry, tenancy, options, sizes, tuple(args.pin),
-                              max_running=engine_config.max_num_seqs, input_limits=input_limits,
-                              routing=routing, drift_config=drift_config, batch_config=batch_config)
+        if cluster.enabled:
+            # Ray loads only in scale-out mode.
+            from api.cluster.serve import build_cluster_server
+
+            server = build_cluster_server(cluster, engine_config, registry_config, registry, tenancy, options,
+                                          tuple(args.pin), input_limits, routing, drift_config, batch_config)
+        else:
+            sizes = TierSizes(engine_config.max_loras, engine_config.max_cpu_loras,
+                              registry_config.resolved_disk_cache_dir(), registry_config.disk_cache_bytes)
+            server = build_server(LoraplexEngine(engine_config), registry, tenancy, options, sizes,
+                                  tuple(args.pin), max_running=engine_config.max_num_seqs, input_limits=input_limits,
+                                  routing=routing, drift_config=drift_config, batch_config=batch_config)
     except LedgerError as e:
         raise SystemExit(f"--ledger-url: {e}") from e
     except LimitsUnavailable as e:
         raise SystemExit(f"--limits-url: {e}") from e
+    engine = server.engine
     print(f"[loraplex] serving {engine.model_id}; registry {registry_config.resolved_store_uri()}; "
           f"published at start: {', '.join(published) or '(none)'}", file=sys.stderr, flush=True)
     config = http_config(create_app(server), input_limits, server_config.host, server_config.port,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from adapters.identity import LocatedAdapter
-from adapters.tiers import AdapterTiers
+from adapters.tiers import EngineTiers
 from adapters.validation import AdapterValidationError
 from api.errors import OpenAIError
 from api.generation.accounting import RequestAccount
@@ -15,7 +15,7 @@ from engine.types import EngineError
 class AdapterLoader:
     """`tiers` None: no adapter tiers (the fake engine of HTTP-layer tests), every request runs on the base."""
 
-    def __init__(self, tiers: AdapterTiers | None, tracing: Tracing):
+    def __init__(self, tiers: EngineTiers | None, tracing: Tracing):
         self.tiers = tiers
         self.tracing = tracing
 

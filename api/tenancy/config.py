@@ -15,6 +15,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, 
 
 from api.graphs.config import VirtualModels
 from api.observability.slo import DEFAULT_SLO, SloTargets
+from engine.cluster.config import ClusterConfig
 
 KEY_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -154,6 +155,8 @@ class TenancyConfig(_Strict):
     virtual_models: VirtualModels = Field(
         default_factory=dict, description="Cascades and ensembles over adapters, by the name callers send as "
         "`model` (api/graphs/config.py); checked against the registry at start and on reload.")
+    cluster: ClusterConfig | None = Field(default=None, description="Engine replicas on Ray Serve (`loraplex serve "
+                                          "--replicas`); used when --replicas is not given on the command line.")
 
     _auth_required: bool = PrivateAttr(default=True)
     _by_name: dict[str, TenantConfig] = PrivateAttr(default_factory=dict)

@@ -151,3 +151,43 @@ async def test_slot_mirror_keeps_most_recent():
     t.on_step({engine.engine_name(b.adapter.identity): 1})
     assert t.residency()["engine"] == ["b@1"]
     assert ("evicted", "a@1", "engine") in events.log
+
+
+class GatedEngine(Engine):
+    """Loads of adapter `slow` wait until the test opens the gate."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.slow_loading = asyncio.Event()
+
+    async def load_adapter(self, adapter: LocatedAdapter) -> None:
+        if adapter.identity.name == "slow":
+            self.slow_loading.set()
+            await self.gate.wait()
+        await super().load_adapter(adapter)
+
+
+async def test_loads_of_different_adapters_do_not_wait_on_each_other():
+    engine = GatedEngine()
+    t = AdapterTiers(engine, Disk(), lambda m, p: None, Events(), max_loras=1, max_cpu_loras=2)
+    slow = asyncio.ensure_future(t.acquire(manifest("slow")))
+    fast = await asyncio.wait_for(t.acquire(manifest("fast")), timeout=5)
+    assert fast.found_in == "store" and not slow.done()
+    engine.gate.set()
+    await slow
+    assert t.residency()["cpu"] == ["fast@1", "slow@1"]
+
+
+async def test_room_is_held_for_a_load_in_flight():
+    engine = GatedEngine()
+    t = AdapterTiers(engine, Disk(), lambda m, p: None, Events(), max_loras=1, max_cpu_loras=2)
+    t.release(await t.acquire(manifest("a")))
+    slow = asyncio.ensure_future(t.acquire(manifest("slow")))
+    await engine.slow_loading.wait()  # slow has made its room and is in the engine
+    # The tier is full with a and slow in flight: a leaves.
+    t.release(await asyncio.wait_for(t.acquire(manifest("b")), timeout=5))
+    engine.gate.set()
+    t.release(await slow)
+    assert sorted(t.residency()["cpu"]) == ["b@1", "slow@1"] and engine.cpu == {
+        engine.adapter_id(manifest(n).identity) for n in ("b", "slow")}

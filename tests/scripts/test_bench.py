@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 import bench  # noqa: E402
 import bench_batch  # noqa: E402
+import bench_cluster  # noqa: E402
 import bench_kernels  # noqa: E402
 import bench_servers  # noqa: E402
 import bench_serving  # noqa: E402
@@ -22,8 +23,8 @@ from bench_report import markdown_table, replace_section, write_run  # noqa: E40
 
 
 @pytest.mark.parametrize("argv,expected", [
-    ([], ["overhead", "lora-scaling", "tiers", "noisy-neighbour", "baseline-hf", "batch", "kernels", "mixed",
-          "state", "routing"]),
+    ([], ["overhead", "lora-scaling", "tiers", "noisy-neighbour", "baseline-hf", "batch", "cluster", "kernels",
+          "mixed", "state", "routing"]),
     (["tiers", "kernels"], ["tiers", "kernels"]),
 ])
 def test_scenarios_parse(argv, expected):
@@ -256,3 +257,17 @@ def test_state_tables():
     (_, _, admission), (_, headers, ledger) = bench_state.tables(results)
     assert admission == [["memory", 0.1, 0.3, 0.1, 0.3, 0.1, 0.3]]
     assert headers == ["ledger", "p50", "p99", "mean"] and ledger == [["postgresql", 0.1, 0.3, 0.12]]
+
+
+def test_cluster_tables_show_the_hop_against_the_single_process_server():
+    def setup(name, ttft, tpot):
+        return {"setup": name, "ready_s": 30.0,
+                "zipf": {"distinct_used": 20, "cold_loads": 30.0, "ttft_p50_ms": 50.0, "ttft_p99_ms": 400.0,
+                         "output_tok_s": 900.0},
+                "hop": {"ttft_p50_ms": ttft, "tpot_p50_ms": tpot}}
+
+    results = {"num_adapters": 64, "zipf_s": 1.1, "concurrency": 8, "max_tokens": 32, "max_loras": 4,
+               "max_cpu_loras": 8, "setups": [setup("single process", 10.0, 5.0), setup("2 replicas", 14.5, 5.25)]}
+    (_, _, zipf), (_, headers, hop), _ = bench_cluster.tables(results)
+    assert zipf[0] == ["single process", 20, 30, 50.0, 400.0, 900]
+    assert hop[1] == ["2 replicas", 14.5, 4.5, 5.25, 0.25, 30.0]

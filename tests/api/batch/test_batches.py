@@ -6,17 +6,17 @@ from __future__ import annotations
 import io
 import json
 import threading
-from contextlib import closing
 import time
+from contextlib import closing
 
 import pytest
 from openai import NotFoundError, OpenAI
 
 from api.app import create_app
 from api.batch.store import BatchStore
-from api.tenancy.ledger import UsageLedger
 from api.tenancy.config import parse_tenancy_config
 from api.tenancy.keys import generate_key, hash_key
+from api.tenancy.ledger import UsageLedger
 from tests.api.running_server import RunningServer
 
 MODEL = "fake-base"

@@ -73,3 +73,23 @@ def test_virtual_models_are_checked_before_the_engine_starts(demo_assets, tmp_pa
         "pair": {"ensemble": {"members": ["poet", "base"]}}}})
     check_virtual_models(good, registry, "base", "tenants.yaml")
     registry.close()
+
+
+def _cluster_of(argv: list[str], file_section: dict | None):
+    from api.cli.main import build_parser
+    from api.cli.serve import cluster_config
+    from api.tenancy.config import TenancyConfig
+
+    tenancy = TenancyConfig(tenants=[{"name": "t"}], cluster=file_section)
+    return cluster_config(build_parser().parse_args(["serve", *argv]), tenancy)
+
+
+@pytest.mark.parametrize(("argv", "file_section", "replicas", "routing"), [
+    ([], None, None, "affinity"),  # off: one engine in process
+    (["--replicas", "3", "--routing", "power_of_two"], None, 3, "power_of_two"),
+    ([], {"replicas": 2, "routing": "power_of_two"}, 2, "power_of_two"),  # the tenants file's cluster: section
+    (["--replicas", "4"], {"replicas": 2, "routing": "power_of_two"}, 4, "affinity"),  # flags win whole
+])
+def test_cluster_config_from_flags_else_the_file(argv, file_section, replicas, routing):
+    cluster = _cluster_of(argv, file_section)
+    assert (cluster.replicas, cluster.routing) == (replicas, routing)

@@ -1,0 +1,72 @@
+"""Typed configuration of the scale-out mode (`loraplex serve --replicas N`): Ray, replicas, routing, autoscaling.
+
+This module never imports Ray: the single-process server reads it too (to know the mode is off).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+ROUTING_AFFINITY = "affinity"
+ROUTING_POWER_OF_TWO = "power_of_two"
+
+
+class ClusterConfig(BaseModel):
+    """Engine replicas on Ray Serve behind this server. `replicas` None: one in-process engine, no Ray."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    replicas: int | None = Field(default=None, ge=0, description="Engine replicas to deploy on Ray Serve "
+                                 "(default: none, one engine in this process and Ray is not imported). With "
+                                 "autoscaling, the replica count to start with.")
+    ray_address: str | None = Field(default=None, description="Ray cluster to join, e.g. 127.0.0.1:6379 (default: "
+                                    "start a local Ray instance for this server).")
+    attach: bool = Field(default=False, description="Use the engine replicas already deployed on the Ray cluster "
+                         "(a KubeRay RayService with engine.cluster.app:build) instead of deploying them; they stay "
+                         "when this server stops.")
+    routing: Literal["affinity", "power_of_two"] = Field(
+        default=ROUTING_AFFINITY, description="Replica choice: 'affinity' sends a request to a replica holding its "
+        "adapter unless that one is over --affinity-max-ongoing; 'power_of_two' is Ray Serve's default router.")
+    affinity_max_ongoing: int = Field(default=8, ge=1, description="Ongoing requests above which a replica holding "
+                                      "the adapter is passed over for the least loaded one (which loads it too).")
+    max_ongoing_requests: int = Field(default=64, ge=1, description="Requests one replica runs at once; more wait "
+                                      "in the router.")
+    autoscale: bool = Field(default=False, description="Let Ray Serve add and remove replicas on ongoing requests "
+                            "per replica (between --min-replicas and --max-replicas).")
+    min_replicas: int = Field(default=1, ge=0, description="Fewest replicas when autoscaling; 0 scales to zero "
+                              "(the next request waits for a cold start).")
+    max_replicas: int = Field(default=4, ge=1, description="Most replicas when autoscaling.")
+    target_ongoing_requests: float = Field(default=16.0, gt=0, description="Ongoing requests per replica "
+                                           "autoscaling aims at.")
+    upscale_delay_s: float = Field(default=10.0, ge=0, description="How long load must stay above target before "
+                                   "a replica is added.")
+    downscale_delay_s: float = Field(default=120.0, ge=0, description="How long load must stay below target before "
+                                     "a replica is removed.")
+    replica_stats_period_s: float = Field(default=1.0, gt=0, description="How often each replica reports its "
+                                          "resident adapters and load to the router.")
+    replica_num_cpus: float = Field(default=0.0, ge=0, description="CPUs Ray reserves per replica (0: schedule "
+                                    "regardless; vLLM's own threads do the work).")
+
+    @property
+    def enabled(self) -> bool:
+        return self.replicas is not None
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> ClusterConfig:
+        problems = []
+        if self.autoscale and self.min_replicas > self.max_replicas:
+            problems.append(f"min_replicas ({self.min_replicas}) must be <= max_replicas ({self.max_replicas})")
+        if self.autoscale and self.replicas is not None and not (
+                self.min_replicas <= self.replicas <= self.max_replicas):
+            problems.append(f"replicas ({self.replicas}) must lie in [min_replicas, max_replicas] when autoscaling")
+        if not self.autoscale and self.replicas == 0:
+            problems.append("replicas must be >= 1 without autoscaling")
+        if self.replicas is None and (self.ray_address is not None or self.autoscale or self.attach):
+            problems.append("--ray-address, --autoscale and --attach need --replicas")
+        if self.attach and self.ray_address is None:
+            problems.append("--attach needs --ray-address (the cluster the replicas run on)")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self

@@ -1,0 +1,206 @@
+"""Scale-out mode end to end: `loraplex serve --replicas 2` (two engines on Ray Serve) behind one OpenAI endpoint.
+
+One server for the module, on the tiny demo, with the session's tenants. The replica-kill test runs last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from tests.conftest import ARTIFACTS, EXTRA_ADAPTER, TINY, ServerProcess, _alive, _descendants
+
+MAX_TOKENS = 16
+PROMPT = "Hello world, the quick brown fox"
+REPLACE_TIMEOUT_S = 240
+
+
+@pytest.fixture(scope="module")
+def cluster(demo_home, adapter_dirs, tenants_file, tmp_path_factory):
+    ARTIFACTS.mkdir(exist_ok=True)
+    log_path = ARTIFACTS / "server-cluster.log"
+    log_path.write_text("")
+    env = {**os.environ, "LORAPLEX_HOME": str(demo_home), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    ledger = tmp_path_factory.mktemp("cluster") / "usage.sqlite"
+    argv = [sys.executable, "-m", "api.cli", "serve", "--demo", TINY, "--config", str(tenants_file),
+            "--replicas", "2", "--affinity-max-ongoing", "2", "--replica-stats-period-s", "0.5",
+            "--max-loras", "2", "--max-cpu-loras", "4", "--max-num-seqs", "16", "--max-model-len", "1024",
+            "--kv-cache-gib", "0.25", "--ledger-path", str(ledger), "--drain-timeout-s", "10",
+            "--adapter", f"{EXTRA_ADAPTER}={adapter_dirs[EXTRA_ADAPTER]}"]
+    process = ServerProcess(argv, env, log_path)
+    process.start()
+    yield process
+    if process.proc.poll() is None:
+        process.children |= _descendants(process.proc.pid)  # replicas Ray started since, too
+        assert process.stop() == 0
+
+
+def _status(cluster, keys) -> dict:
+    response = httpx.get(f"{cluster.url}/cluster", headers=keys.admin_headers, timeout=30)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _requests_by_replica(status: dict) -> dict[str, int]:
+    return {r["replica_id"]: r["requests"] for r in status["replicas"]}
+
+
+def _holders(status: dict, label: str) -> set[str]:
+    return {r["replica_id"] for r in status["replicas"] if label in r["residency"]["cpu"]}
+
+
+def _complete(url: str, headers: dict, model: str, **extra) -> httpx.Response:
+    body = {"model": model, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True,
+            "return_token_ids": True, **extra}
+    return httpx.post(f"{url}/v1/completions", headers=headers, json=body, timeout=120)
+
+
+def _streamed_token_ids(url: str, headers: dict, model: str) -> list[int]:
+    ids = []
+    with httpx.stream("POST", f"{url}/v1/completions", headers=headers, timeout=120,
+                      json={"model": model, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0,
+                            "ignore_eos": True, "return_token_ids": True, "stream": True}) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                ids += json.loads(line[len("data: "):])["choices"][0].get("token_ids") or []
+    return ids
+
+
+def test_greedy_outputs_equal_the_single_process_server(cluster, server, acme, base_model_id, adapter_names):
+    for model in [base_model_id, *adapter_names, EXTRA_ADAPTER]:
+        single = _complete(server, acme, model)
+        through_ray = _complete(cluster.url, acme, model)
+        assert single.status_code == through_ray.status_code == 200, through_ray.text
+        expected = single.json()["choices"][0]["token_ids"]
+        assert len(expected) == MAX_TOKENS
+        assert through_ray.json()["choices"][0]["token_ids"] == expected, model
+        assert through_ray.headers["x-loraplex-model"] == single.headers["x-loraplex-model"]
+        assert _streamed_token_ids(cluster.url, acme, model) == expected, f"{model}, streamed"
+
+
+def test_a_warm_adapters_requests_land_on_its_holder(cluster, keys, acme):
+    assert _complete(cluster.url, acme, "poet").status_code == 200
+    before = _status(cluster, keys)
+    holders = _holders(before, "poet@1")
+    assert len(holders) == 1, before
+    for _ in range(4):
+        assert _complete(cluster.url, acme, "poet").status_code == 200
+    after = _status(cluster, keys)
+    taken = {rid: n - _requests_by_replica(before).get(rid, 0) for rid, n in _requests_by_replica(after).items()}
+    assert {rid for rid, n in taken.items() if n} == holders and sum(taken.values()) == 4
+    assert _holders(after, "poet@1") == holders  # nobody else loaded it
+
+
+def test_a_hot_adapter_spreads_over_replicas(cluster, keys, acme):
+    assert _complete(cluster.url, acme, "support-bot").status_code == 200
+    before = _status(cluster, keys)
+    assert len(_holders(before, "support-bot@1")) == 1
+
+    def stream(_) -> int:
+        with httpx.stream("POST", f"{cluster.url}/v1/completions", headers=acme, timeout=120,
+                          json={"model": "support-bot", "prompt": PROMPT, "max_tokens": 128, "ignore_eos": True,
+                                "stream": True}) as response:
+            for _line in response.iter_lines():
+                pass
+            return response.status_code
+
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(stream, range(8))) == [200] * 8
+    after = _status(cluster, keys)
+    assert len(after["replicas"]) == 2
+    # More than --affinity-max-ongoing (2) at once on its holder: the other replica loaded it and took some.
+    assert _holders(after, "support-bot@1") == {r["replica_id"] for r in after["replicas"]}
+    taken = {rid: n - _requests_by_replica(before).get(rid, 0) for rid, n in _requests_by_replica(after).items()}
+    assert all(n > 0 for n in taken.values()) and sum(taken.values()) == 8, taken
+
+
+def test_tenant_limits_are_exact_across_replicas(cluster, keys):
+    tiny = keys.headers("tiny")  # 3 requests per minute
+    with ThreadPoolExecutor(5) as pool:
+        statuses = sorted(pool.map(lambda _: _complete(cluster.url, tiny, "sql-helper", max_tokens=4).status_code,
+                                   range(5)))
+    assert statuses == [200, 200, 200, 429, 429]
+
+
+def _replica_report(cluster, keys, replica_id: str) -> dict:
+    return next(r for r in _status(cluster, keys)["replicas"] if r["replica_id"] == replica_id)
+
+
+def test_a_dropped_stream_is_aborted_on_its_replica(cluster, keys, acme):
+    long_tokens = 450
+    assert _complete(cluster.url, acme, "sql-helper", max_tokens=1).status_code == 200
+    (holder,) = _holders(_status(cluster, keys), "sql-helper@1")
+    before = _replica_report(cluster, keys, holder)["generation_tokens"]
+    with httpx.stream("POST", f"{cluster.url}/v1/completions", headers=acme, timeout=120,
+                      json={"model": "sql-helper", "prompt": PROMPT, "max_tokens": long_tokens, "ignore_eos": True,
+                            "stream": True}) as response:
+        _read_until_first_chunk(response.iter_lines())
+    # Each probe is routed to the holder (affinity) and brings back its report from when it left: the calls still in
+    # progress on the replica.
+    deadline = time.monotonic() + 60
+    while True:
+        assert _complete(cluster.url, acme, "sql-helper", max_tokens=1).status_code == 200
+        report = _replica_report(cluster, keys, holder)
+        if report["ongoing"] == 0:
+            break
+        assert time.monotonic() < deadline, "the dropped stream is still running on its replica"
+    probes_and_stream = report["generation_tokens"] - before
+    assert probes_and_stream < long_tokens, "the engine generated the whole dropped stream"
+
+
+def _read_until_first_chunk(lines) -> dict:
+    for line in lines:
+        if line.startswith("data: "):
+            return json.loads(line[len("data: "):])
+    raise AssertionError("the stream ended before its first chunk")
+
+
+def test_a_replica_killed_mid_stream(cluster, keys):
+    solo = keys.headers("solo")  # max_concurrent 1: the killed stream's reservation must come back
+    killed_id = f"kill-{uuid.uuid4().hex}"
+    before = _requests_by_replica(_status(cluster, keys))
+    with httpx.stream("POST", f"{cluster.url}/v1/completions", timeout=120,
+                      headers={**solo, "X-Request-Id": killed_id},
+                      json={"model": "poet", "prompt": PROMPT, "max_tokens": 1000, "ignore_eos": True,
+                            "stream": True}) as response:
+        lines = response.iter_lines()
+        _read_until_first_chunk(lines)
+        status = _status(cluster, keys)
+        serving = [r for r in status["replicas"] if r["requests"] > before.get(r["replica_id"], 0)]
+        assert len(serving) == 1, status
+        victim = serving[0]
+        engine_processes = _descendants(victim["pid"])
+        assert engine_processes, "the replica's vLLM engine core runs in a child process"
+        os.kill(victim["pid"], signal.SIGKILL)
+        rest = [line for line in lines if line.startswith("data: ")]
+    assert rest[-1] == "data: [DONE]"
+    error = json.loads(rest[-2][len("data: "):])
+    assert set(error) == {"error"} and set(error["error"]) == {"message", "type", "param", "code"}
+    assert error["error"]["code"] == "engine_error"
+
+    after_ids = [f"after-kill-{i}-{uuid.uuid4().hex}" for i in range(4)]
+    for request_id in after_ids:  # one at a time: solo's one concurrent request was given back
+        response = _complete(cluster.url, {**solo, "X-Request-Id": request_id}, "poet", max_tokens=4)
+        assert response.status_code == 200, response.text
+
+    deadline = time.monotonic() + REPLACE_TIMEOUT_S
+    while _status(cluster, keys)["replica_states"].get("RUNNING") != 2:
+        assert time.monotonic() < deadline, "Ray did not replace the killed replica"
+        time.sleep(1)
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in engine_processes):
+        assert time.monotonic() < deadline, "the killed replica's engine processes outlived it"
+        time.sleep(0.5)
+
+    rows = httpx.get(f"{cluster.url}/v1/usage?tenant=solo&limit=1000", headers=keys.admin_headers).json()["data"]
+    by_id = {row["request_id"]: row for row in rows}
+    assert by_id[killed_id]["status"] == 500 and by_id[killed_id]["completion_tokens"] > 0
+    assert all(by_id[i]["status"] == 200 for i in after_ids)
