@@ -147,8 +147,9 @@ class Server:
         self._background: list[asyncio.Task[None]] = []
         self.chat = ChatService(self.pipeline)
         self.completion = CompletionService(self.pipeline)
-        endpoints = {"/v1/chat/completions": Endpoint(ChatCompletionRequest, self.chat),
-                     "/v1/completions": Endpoint(CompletionRequest, self.completion)}
+        # Queued work names virtual models like live requests do: the graphs dispatch it.
+        endpoints = {"/v1/chat/completions": Endpoint(ChatCompletionRequest, self.graphs.dispatching(self.chat)),
+                     "/v1/completions": Endpoint(CompletionRequest, self.graphs.dispatching(self.completion))}
         store = BatchStore(self.batch_config.store_path())
         blobs = FileBlobs(open_store(self.batch_config.files_uri()))
         self.batch_runner = BatchRunner(store, blobs, endpoints, self.tenancy, self.batch_config,

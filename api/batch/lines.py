@@ -6,22 +6,31 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
 from api.auth import Caller
 from api.batch.protocol import LineError, LineResponse, OutputLine
 from api.errors import bad_request, from_validation_error
-from api.generation.request import GenerationService
+from api.generation.request import BatchLane, Reply
+
+
+class QueuedService(Protocol):
+    """What runs queued work: a `GenerationService`, or one that serves virtual models too
+    (`api.graphs.serving.GraphDispatch`)."""
+
+    async def check(self, req: Any, caller: Caller) -> int: ...
+
+    async def create(self, req: Any, caller: Caller, request_id: str, lane: BatchLane | None = None) -> Reply: ...
 
 
 @dataclass(frozen=True)
 class Endpoint:
-    """What serves one batch `endpoint`: the body model its lines are parsed with and the live service."""
+    """What serves one batch `endpoint`: the body model its lines are parsed with and the service."""
 
     body: type[BaseModel]
-    service: GenerationService
+    service: QueuedService
 
 
 Endpoints = Mapping[str, Endpoint]

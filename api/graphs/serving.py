@@ -7,6 +7,10 @@ id `<request id>.<path>`, so the tenant's usage and cost count every stage and m
 answering run's, with `usage` summed over every run, and a `loraplex` extension field naming the virtual model,
 what answered and every run. Streaming is refused: a cascade needs the whole first answer to judge it and an
 ensemble every answer to aggregate them.
+
+Batch lines and async jobs reach virtual models through `GraphService.dispatching`: each run then carries the
+line's lane, with a billing key of its own under the line's (`<line key>.<path>`), so a resumed line bills each
+run once.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 
 from api.auth import Caller
 from api.errors import bad_request, model_not_found
-from api.generation.request import SERVED_MODEL_HEADER, GenerationService, Reply
+from api.generation.request import SERVED_MODEL_HEADER, BatchLane, GenerationService, Reply
 from api.generation.resolve import visibility_of
 from api.graphs.config import VirtualModel
 from api.graphs.protocol import GraphChatResponse, GraphCompletionResponse, GraphInfo, GraphRun
@@ -67,6 +71,13 @@ class GraphService:
     def serves(self, model: str) -> bool:
         return self.table.get(model) is not None
 
+    def leaf_runs(self, name: str) -> list[str]:
+        """Every leaf run the virtual model `name` may make, a member named twice counted twice."""
+        model = self.table.get(name)
+        if model is None:
+            return [name]
+        return [leaf for member in model.members for leaf in self.leaf_runs(member)]
+
     def bound(self, service: GenerationService, req: Any, caller: Caller) -> _BoundGraph:
         """The virtual model `req.model` over `service`, for this caller; refuses (404, 400) before any run."""
         model = self.table.get(req.model)
@@ -75,10 +86,15 @@ class GraphService:
         _check_request(req, model)
         return _BoundGraph(self, service, model)
 
+    def dispatching(self, service: GenerationService) -> GraphDispatch:
+        """`service` for queued work (batch lines, async jobs): virtual models too, each run in the work's lane."""
+        return GraphDispatch(self, service)
+
     async def create(self, service: GenerationService, model: VirtualModel, req: Any, caller: Caller,
-                     request_id: str) -> Reply:
+                     request_id: str, lane: BatchLane | None = None) -> Reply:
         internal = req.model_copy(update=_with_logprobs(req))
-        answer = await self._run_virtual(service, internal, caller, request_id or uuid.uuid4().hex, req.model, model)
+        answer = await self._run_virtual(service, internal, caller, request_id or uuid.uuid4().hex, req.model, model,
+                                         lane)
         body = answer.body
         info = GraphInfo(virtual_model=req.model, kind=model.kind, answered_by=body.model, position=answer.position,
                          runs=answer.run.runs)
@@ -91,16 +107,18 @@ class GraphService:
                    STAGE_HEADER if model.kind == "cascade" else MEMBER_HEADER: str(answer.position)}
         return Reply(response, headers)
 
-    async def _run(self, service: GenerationService, req: Any, caller: Caller, run_id: str, name: str) -> Answer:
-        """Runs `name` (a virtual model or a leaf) for `req`; `run_id` is unique per run."""
+    async def _run(self, service: GenerationService, req: Any, caller: Caller, run_id: str, name: str,
+                   lane: BatchLane | None) -> Answer:
+        """Runs `name` (a virtual model or a leaf) for `req`; `run_id` is unique per run, and so is the lane's
+        billing key."""
         model = self.table.get(name)
         if model is None:
-            return await self._run_leaf(service, req, caller, run_id, name)
-        return await self._run_virtual(service, req, caller, run_id, name, model)
+            return await self._run_leaf(service, req, caller, run_id, name, lane)
+        return await self._run_virtual(service, req, caller, run_id, name, model, lane)
 
     async def _run_leaf(self, service: GenerationService, req: Any, caller: Caller, run_id: str,
-                        name: str) -> Answer:
-        reply = await service.create(req.model_copy(update={"model": name}), caller, run_id)
+                        name: str, lane: BatchLane | None) -> Answer:
+        reply = await service.create(req.model_copy(update={"model": name}), caller, run_id, lane)
         body = reply.body
         text, logprobs = text_and_logprobs(body)
         run = GraphRun(model=body.model, request_id=run_id, text=text, mean_logprob=mean_logprob(logprobs),
@@ -108,12 +126,12 @@ class GraphService:
         return Answer(body, reply.headers, run)
 
     async def _run_virtual(self, service: GenerationService, req: Any, caller: Caller, run_id: str, name: str,
-                           model: VirtualModel) -> Answer:
+                           model: VirtualModel, lane: BatchLane | None) -> Answer:
         """A virtual model's runs, then its answer; its record names it, sums its runs' usage and holds them."""
         if model.cascade is not None:
-            chosen, runs = await self._cascade(service, req, caller, run_id, name, model)
+            chosen, runs = await self._cascade(service, req, caller, run_id, name, model, lane)
         else:
-            chosen, runs = await self._ensemble(service, req, caller, run_id, name, model)
+            chosen, runs = await self._ensemble(service, req, caller, run_id, name, model, lane)
         answer = runs[chosen]
         run = GraphRun(model=name, request_id=run_id, text=answer.run.text, mean_logprob=answer.run.mean_logprob,
                        finish_reason=answer.run.finish_reason, usage=total_usage([a.run for a in runs]),
@@ -121,11 +139,11 @@ class GraphService:
         return Answer(answer.body, answer.headers, run, chosen)
 
     async def _cascade(self, service: GenerationService, req: Any, caller: Caller, run_id: str, name: str,
-                       model: VirtualModel) -> tuple[int, list[Answer]]:
+                       model: VirtualModel, lane: BatchLane | None) -> tuple[int, list[Answer]]:
         """Stages in order until one's answer does not escalate (the last one's never does)."""
         answers: list[Answer] = []
         for i, stage in enumerate(model.cascade.stages):
-            answer = await self._run(service, req, caller, f"{run_id}.{name}.{i}", stage)
+            answer = await self._run(service, req, caller, f"{run_id}.{name}.{i}", stage, _sub_lane(lane, name, i))
             decision = escalation(model.cascade.escalate_when, answer.run.text, answer.run.mean_logprob)
             escalate = decision.escalate and i < len(model.cascade.stages) - 1
             answer.run = answer.run.model_copy(update={"stage": i, "escalated": escalate,
@@ -136,9 +154,10 @@ class GraphService:
         return len(answers) - 1, answers
 
     async def _ensemble(self, service: GenerationService, req: Any, caller: Caller, run_id: str, name: str,
-                        model: VirtualModel) -> tuple[int, list[Answer]]:
+                        model: VirtualModel, lane: BatchLane | None) -> tuple[int, list[Answer]]:
         """Every member at once; one answer chosen by the aggregation rule."""
-        tasks = [asyncio.ensure_future(self._run(service, req, caller, f"{run_id}.{name}.{i}", member))
+        tasks = [asyncio.ensure_future(self._run(service, req, caller, f"{run_id}.{name}.{i}", member,
+                                                 _sub_lane(lane, name, i)))
                  for i, member in enumerate(model.ensemble.members)]
         try:
             answers = list(await asyncio.gather(*tasks))
@@ -159,8 +178,38 @@ class _BoundGraph:
     def __init__(self, graphs: GraphService, service: GenerationService, model: VirtualModel):
         self.graphs, self.service, self.model = graphs, service, model
 
-    async def create(self, req: Any, caller: Caller, request_id: str) -> Reply:
-        return await self.graphs.create(self.service, self.model, req, caller, request_id)
+    async def create(self, req: Any, caller: Caller, request_id: str, lane: BatchLane | None = None) -> Reply:
+        return await self.graphs.create(self.service, self.model, req, caller, request_id, lane)
+
+
+class GraphDispatch:
+    """An endpoint's service that serves virtual models too, shaped like it for queued work (batch lines, async
+    jobs), which reaches the service without the HTTP route's dispatch."""
+
+    def __init__(self, graphs: GraphService, service: GenerationService):
+        self.graphs, self.service = graphs, service
+
+    async def check(self, req: Any, caller: Caller) -> int:
+        """As `GenerationService.check`; for a virtual model, every run it may make is checked and its tokens
+        counted (a cascade's later stages too: they may run)."""
+        if not self.graphs.serves(req.model):
+            return await self.service.check(req, caller)
+        self.graphs.bound(self.service, req, caller)  # refuses (404, 400) as the live route would
+        internal = req.model_copy(update=_with_logprobs(req))
+        return sum([await self.service.check(internal.model_copy(update={"model": leaf}), caller)
+                    for leaf in self.graphs.leaf_runs(req.model)])
+
+    async def create(self, req: Any, caller: Caller, request_id: str, lane: BatchLane | None = None) -> Reply:
+        if not self.graphs.serves(req.model):
+            return await self.service.create(req, caller, request_id, lane)
+        return await self.graphs.bound(self.service, req, caller).create(req, caller, request_id, lane)
+
+
+def _sub_lane(lane: BatchLane | None, name: str, index: int) -> BatchLane | None:
+    """A run's lane: the work's, billed under a key of its own that names the run's place in the graph."""
+    if lane is None:
+        return None
+    return BatchLane(f"{lane.billing_key}.{name}.{index}", lane.preempt)
 
 
 def _check_request(req: Any, model: VirtualModel) -> None:

@@ -40,6 +40,8 @@ def served(make_fake_server, fake_engine):
         "tenants": [{"name": name, "key_hashes": [hash_key(key)], "adapters": ["*"],
                      "limits": {"max_batch_queued_tokens": 2000} if name == "globex" else {}}
                     for name, key in KEYS.items()],
+        # The base model twice: the first stage's answer (any text) always escalates to the second.
+        "virtual_models": {"twice": {"cascade": {"stages": [MODEL, MODEL], "escalate_when": {"output_matches": "."}}}},
     })
     server = make_fake_server(tenancy=tenancy)
     with RunningServer(create_app(server), server.lifecycle) as running:
@@ -99,6 +101,37 @@ def test_a_batch_runs_every_line_and_bills_each_once_at_the_discount(served):
     assert sorted(r["request_id"] for r in rows) == sorted(f"{batch.id}:{n}" for n in range(1, 6))
     for r in rows:
         assert r["price_usd"] == pytest.approx((r["prompt_tokens"] + 2 * r["completion_tokens"]) / 1e6 * 0.5)
+
+
+def test_a_line_may_name_a_virtual_model_whose_runs_are_each_billed_once(served):
+    server, url = served
+    c = client(url)
+    content = jsonl(chat_line("graph", model="twice"), chat_line("plain"))
+    batch = c.batches.create(input_file_id=c.files.create(file=("in.jsonl", content), purpose="batch").id,
+                             endpoint="/v1/chat/completions", completion_window="24h")
+    done = wait_final(c, batch.id)
+    assert done.status == "completed", done.errors
+    lines = {x["custom_id"]: x for x in map(json.loads, c.files.content(done.output_file_id).text.splitlines())}
+    graph = lines["graph"]["response"]["body"]
+    assert graph["loraplex"]["virtual_model"] == "twice" and len(graph["loraplex"]["runs"]) == 2
+    assert graph["usage"]["completion_tokens"] == sum(r["usage"]["completion_tokens"]
+                                                      for r in graph["loraplex"]["runs"])
+    assert "loraplex" not in lines["plain"]["response"]["body"]
+    rows = [r for r in server.ledger.query() if r["priority"] == "batch"]
+    assert sorted(r["request_id"] for r in rows) == [f"{batch.id}:1.twice.0", f"{batch.id}:1.twice.1",
+                                                     f"{batch.id}:2"]
+
+
+def test_a_virtual_model_line_is_checked_like_a_live_request(served):
+    _, url = served
+    c = client(url)
+    content = jsonl(chat_line("a", model="twice", n=2), chat_line("b", model="twice", max_tokens=10**9))
+    batch = c.batches.create(input_file_id=c.files.create(file=("in.jsonl", content), purpose="batch").id,
+                             endpoint="/v1/chat/completions", completion_window="24h")
+    failed = wait_final(c, batch.id)
+    assert failed.status == "failed"
+    assert [(e.line, e.code, e.param) for e in failed.errors.data] == [
+        (1, "unsupported_parameter", "n"), (2, "context_length_exceeded", "max_tokens")]
 
 
 def test_bad_lines_are_reported_with_their_line_numbers(served):
