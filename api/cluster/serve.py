@@ -27,7 +27,8 @@ def build_cluster_server(cluster: ClusterConfig, engine_config: EngineConfig, re
                          input_limits: InputLimits, routing: RoutingConfig, drift_config: DriftConfig,
                          batch_config: BatchConfig) -> Server:
     """The replicas deploy when the app starts (`RayEngineClient.start`) and go when it stops."""
-    deployment = EngineDeployment(cluster, ReplicaSpec(engine_config, registry_config, pins), options.drain_timeout_s)
+    deployment = EngineDeployment(cluster, ReplicaSpec(engine_config, registry_config, pins,
+                                                      options.otlp_endpoint), options.drain_timeout_s)
     engine = RayEngineClient(deployment, model_id_of(engine_config))
     most_replicas = cluster.max_replicas if cluster.autoscale else cluster.replicas
     return build_server(engine, registry, tenancy, options, None, (), max_running=engine_config.max_num_seqs

@@ -8,7 +8,7 @@ from adapters.validation import AdapterValidationError
 from api.errors import OpenAIError
 from api.generation.accounting import RequestAccount
 from api.generation.resolve import ServedModel
-from api.observability.tracing import Tracing
+from engine.tracing import Tracing
 from engine.types import EngineError
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from api.auth import Caller
 from api.errors import overloaded
 from api.generation.accounting import RequestAccount
-from api.observability.tracing import Tracing
+from engine.tracing import Tracing
 from api.tenancy.admission import FairAdmission, QueueFull
 from api.tenancy.config import TenancyConfig
 

@@ -34,7 +34,7 @@ from api.generation.sse import framed_stream
 from api.input_limits import InputLimits
 from api.lifecycle import Lifecycle
 from api.observability.drift import DriftMonitor, watched
-from api.observability.tracing import Tracing, traced
+from engine.tracing import Tracing, traced
 from api.routing.shadow import ShadowRunner
 from api.routing.traffic import TrafficRouter
 from api.tenancy.billing import LedgerWriter

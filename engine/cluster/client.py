@@ -22,6 +22,7 @@ from adapters.manifest import Manifest
 from adapters.tiers import Acquired
 from engine.cluster.deploy import EngineDeployment
 from engine.cluster.report import ReplicaReport
+from engine.tracing import carrier
 from engine.types import ChoiceDelta, EngineDeadError, EngineError, EngineLoad, EngineRequestError
 
 logger = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ class RayEngineClient:
         key = adapter.identity.label if adapter is not None else None
         for attempt in range(1, START_ATTEMPTS + 1):
             stream = self._handle.generate.remote(request_id, prompt_token_ids, params, manifest, cache_salt,
-                                                  adapter_key=key)
+                                                  adapter_key=key, trace_carrier=carrier())
             self._streams[request_id] = stream
             replica_id = None
             finished = False

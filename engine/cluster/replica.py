@@ -26,6 +26,7 @@ from engine.async_engine import LoraplexEngine
 from engine.cluster.report import ReplicaReport, ReplicaTierCounts
 from engine.cluster.router import RESIDENT_STAT
 from engine.config import EngineConfig
+from engine.tracing import Tracing
 from engine.types import ChoiceDelta, EngineError
 
 logger = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ class ReplicaSpec:
     engine: EngineConfig
     registry: RegistryConfig
     pins: tuple[str, ...] = ()
+    otlp_endpoint: str | None = None  # the server's: replica spans join the request's trace
 
 
 class EngineReplica:
@@ -58,6 +60,7 @@ class EngineReplica:
         self.tiers = AdapterTiers(self.engine, self.disk, self.registry.check_folder, self.counts,
                                   spec.engine.max_loras, spec.engine.max_cpu_loras, frozenset(spec.pins))
         self.engine.add_step_listener(self._on_step)
+        self.tracing = Tracing(spec.otlp_endpoint, service_name="loraplex-replica")
         self.ongoing = 0
         logger.info("engine replica %s ready on node %s", self.replica_id, self.node_id)
 
@@ -75,25 +78,31 @@ class EngineReplica:
         return {RESIDENT_STAT: self.tiers.residency()[TIER_CPU], "ongoing": self.ongoing}
 
     async def generate(self, request_id: str, prompt_token_ids: list[int], params, manifest: Manifest | None,
-                       cache_salt: str | None = None, adapter_key: str | None = None
+                       cache_salt: str | None = None, adapter_key: str | None = None,
+                       trace_carrier: dict[str, str] | None = None
                        ) -> AsyncIterator[ReplicaReport | list[ChoiceDelta]]:
-        """A report of this replica, the engine's deltas, and a report again. `adapter_key` only steers the router. The adapter's
-        own failures (validation, fetch) are EngineError: the request asked for nothing invalid."""
+        """A report of this replica, the engine's deltas, and a report again. `adapter_key` only steers the
+        router; `trace_carrier` is the caller's span (W3C trace context). The adapter's own failures (validation,
+        fetch) are EngineError: the request asked for nothing invalid."""
         self.ongoing += 1
         try:
             yield self.report()
-            try:
-                acquired = await self.tiers.acquire(manifest) if manifest is not None else None
-            except (OSError, LookupError, ValueError) as e:  # AdapterValidationError is a ValueError
-                raise EngineError(f"adapter {manifest.label} could not be loaded on replica {self.replica_id}: "
-                                  f"{e}") from e
-            try:
-                adapter = acquired.adapter if acquired is not None else None
-                async for step in self.engine.generate(request_id, prompt_token_ids, params, adapter, cache_salt):
-                    yield step
-            finally:
-                if acquired is not None:
-                    self.tiers.release(acquired)
+            with self.tracing.span("replica.generate", carrier=trace_carrier, replica=self.replica_id,
+                                   node=self.node_id, request_id=request_id,
+                                   adapter=manifest.label if manifest is not None else None):
+                try:
+                    acquired = await self.tiers.acquire(manifest) if manifest is not None else None
+                except (OSError, LookupError, ValueError) as e:  # AdapterValidationError is a ValueError
+                    raise EngineError(f"adapter {manifest.label} could not be loaded on replica "
+                                      f"{self.replica_id}: {e}") from e
+                try:
+                    adapter = acquired.adapter if acquired is not None else None
+                    async for step in self.engine.generate(request_id, prompt_token_ids, params, adapter,
+                                                           cache_salt):
+                        yield step
+                finally:
+                    if acquired is not None:
+                        self.tiers.release(acquired)
         finally:
             self.ongoing -= 1
         yield self.report()  # and one at the end: what the request left resident
@@ -103,6 +112,9 @@ class EngineReplica:
             raise RuntimeError("the vLLM engine of this replica died")
 
     def __del__(self) -> None:
+        tracing = getattr(self, "tracing", None)
+        if tracing is not None:
+            tracing.shutdown()  # flushes its spans
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.shutdown()

@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 import yaml
 
-from api.observability.tracing import traces_url
+from engine.tracing import traces_url
 from tests.docker.paths import DOCKER, DRAIN_TIMEOUT_S, REPO, SHUTDOWN_MARGIN_S, UVICORN_CUT_S
 
 COMPOSE = DOCKER / "compose.yaml"

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from tests.conftest import ARTIFACTS, EXTRA_ADAPTER, TINY, ServerProcess, _alive, _descendants
+from tests.otlp import OtlpCollector
 
 MAX_TOKENS = 16
 PROMPT = "Hello world, the quick brown fox"
@@ -24,7 +25,15 @@ REPLACE_TIMEOUT_S = 240
 
 
 @pytest.fixture(scope="module")
-def cluster(demo_home, adapter_dirs, tenants_file, tmp_path_factory):
+def collector():
+    """Where the server and its replicas export their spans."""
+    otlp = OtlpCollector()
+    yield otlp
+    otlp.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(demo_home, adapter_dirs, tenants_file, tmp_path_factory, collector):
     ARTIFACTS.mkdir(exist_ok=True)
     log_path = ARTIFACTS / "server-cluster.log"
     log_path.write_text("")
@@ -33,8 +42,8 @@ def cluster(demo_home, adapter_dirs, tenants_file, tmp_path_factory):
     argv = [sys.executable, "-m", "api.cli", "serve", "--demo", TINY, "--config", str(tenants_file),
             "--replicas", "2", "--affinity-max-ongoing", "2", "--replica-stats-period-s", "0.5",
             "--max-loras", "2", "--max-cpu-loras", "4", "--max-num-seqs", "16", "--max-model-len", "1024",
-            "--kv-cache-gib", "0.25", "--ledger-path", str(ledger), "--drain-timeout-s", "10",
-            "--adapter", f"{EXTRA_ADAPTER}={adapter_dirs[EXTRA_ADAPTER]}"]
+            "--kv-cache-gib", "0.25", "--ledger-url", str(ledger), "--drain-timeout-s", "10",
+            "--otlp-endpoint", collector.url, "--adapter", f"{EXTRA_ADAPTER}={adapter_dirs[EXTRA_ADAPTER]}"]
     process = ServerProcess(argv, env, log_path)
     process.start()
     yield process
@@ -84,6 +93,26 @@ def test_greedy_outputs_equal_the_single_process_server(cluster, server, acme, b
         assert through_ray.json()["choices"][0]["token_ids"] == expected, model
         assert through_ray.headers["x-loraplex-model"] == single.headers["x-loraplex-model"]
         assert _streamed_token_ids(cluster.url, acme, model) == expected, f"{model}, streamed"
+
+
+def test_a_trace_crosses_the_ray_hop(cluster, collector, acme):
+    request_id = f"traced-{uuid.uuid4().hex}"
+    assert _complete(cluster.url, {**acme, "X-Request-Id": request_id}, "poet").status_code == 200
+    deadline = time.monotonic() + 60  # spans leave in batches, every 5 s
+    while True:
+        spans = collector.spans()
+        replica = [span for service, span in spans if service == "loraplex-replica" and span.name == "replica.generate"
+                   and {a.key: a.value.string_value for a in span.attributes}.get("request_id") == request_id]
+        if replica:
+            break
+        assert time.monotonic() < deadline, f"no replica span for {request_id} among {len(spans)} spans"
+        time.sleep(0.5)
+    [replica_span] = replica
+    server_spans = {span.span_id: span for service, span in spans if service == "loraplex"
+                    and span.trace_id == replica_span.trace_id}
+    assert replica_span.parent_span_id in server_spans, "the replica's span is not a child of the server's"
+    assert {span.name for span in server_spans.values()} >= {"http.request", "engine.generate"}
+    assert {a.key: a.value.string_value for a in replica_span.attributes}["adapter"] == "poet@1"
 
 
 def test_a_warm_adapters_requests_land_on_its_holder(cluster, keys, acme):

@@ -271,3 +271,11 @@ def test_cluster_tables_show_the_hop_against_the_single_process_server():
     (_, _, zipf), (_, headers, hop), _ = bench_cluster.tables(results)
     assert zipf[0] == ["single process", 20, 30, 50.0, 400.0, 900]
     assert hop[1] == ["2 replicas", 14.5, 4.5, 5.25, 0.25, 30.0]
+
+
+def test_overhead_table_lists_every_rounds_ratio():
+    summary = {"concurrency": 8, "loraplex_tok_s": 990.4, "vllm_tok_s": 1000.0, "throughput_ratio": 0.9904,
+               "round_ratios": [0.95, 1.02, 1.0], **{f"{m}_{p}_diff_ms": 1.25 for m in ("ttft", "tpot")
+                                                     for p in ("median", "p99")}}
+    headers, [row] = bench_serving.overhead_table({"summary": [summary]})
+    assert headers[4] == "ratio per round" and row[:5] == [8, 990, 1000, 0.99, "0.95 / 1.02 / 1.00"]

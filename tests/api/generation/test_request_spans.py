@@ -6,7 +6,7 @@ import httpx
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from api.app import create_app
-from api.observability.tracing import Tracing
+from engine.tracing import Tracing
 
 CHAT = {"model": "fake-base", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 

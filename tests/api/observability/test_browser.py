@@ -52,6 +52,12 @@ def fixed_data(outcome) -> bytes:
                       "shadow": {"completed": 4, "exact_match_rate": 0.75}}],
         "breakers": {"sql@2": "open"},
     }
+    data["replicas"] = {  # the shape of api/server.py Server.dashboard_data in scale-out mode
+        "r-b": {"residency": {"engine": [], "cpu": ["sql@1"]}, "ongoing": 0, "running": 0, "waiting": 0,
+                "requests": 7},
+        "r-a": {"residency": {"engine": ["support@3", "sql@1"], "cpu": ["support@3", "sql@1"]}, "ongoing": 3,
+                "running": 2, "waiting": 1, "requests": 1250},
+    }
     data["batches"] = [{"id": "batch_1", "tenant": "acme", "status": "in_progress", "endpoint": "/v1/completions",
                         "total": 40, "finished": 12, "failed": 1}]
     return json.dumps(data).encode()
@@ -242,6 +248,10 @@ def test_dashboard_renders_rows_in_chromium(server, tmp_path):
     assert (dom.cell(batch, "finished")[1], dom.cell(batch, "failed")[1]) == ("12 / 40", "1")
     assert dom.ids["last-updated"] != "never"
     assert not dom.ids.get("error")
+    assert dom.cell({"data-replica": "r-a"}, "requests")[1] == "1,250"
+    assert dom.cell({"data-replica": "r-a"}, "engine")[1] == "support@3, sql@1"
+    assert dom.cell({"data-replica": "r-b"}, "engine")[1] == "\u2013"
+    assert (dom.cell({"data-replica": "r-b"}, "cpu")[1], dom.cell({"data-replica": "r-a"}, "waiting")[1]) == ("sql@1", "1")
     candidate = {"data-rollout": "3", "data-arm": "candidate"}
     assert dom.cell(candidate, "error-rate")[1] == "50.00%"
     assert dom.cell(candidate, "state")[1] == "rolled_back"

@@ -1,6 +1,7 @@
 """OpenTelemetry spans on a private tracer provider, or nothing at all when no endpoint is configured.
 
-Span names in use: `http.request`, `admission`, `adapter.load`, `engine.generate`, `stream`.
+Span names in use: `http.request`, `admission`, `adapter.load`, `engine.generate`, `stream`; in scale-out mode
+each engine replica adds `replica.generate`, a child of the server's span across the Ray hop (`carrier`).
 """
 
 from __future__ import annotations
@@ -95,6 +96,16 @@ class Tracing:
             self._provider = None
             self._tracer = None
             self.enabled = False
+
+
+def carrier() -> dict[str, str]:
+    """The current span as W3C trace context headers (`traceparent`), for a call to another process; empty when
+    no span is recording."""
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    headers: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(headers)
+    return headers
 
 
 Item = TypeVar("Item")

@@ -1,15 +1,12 @@
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 from opentelemetry import trace
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from api.observability.tracing import NOOP_SPAN, Tracing, traces_url
+from engine.tracing import NOOP_SPAN, Tracing, carrier, traces_url
+from tests.otlp import OtlpCollector
 
 
 def test_disabled_tracing_is_a_shared_noop():
@@ -101,41 +98,35 @@ def test_private_provider_leaves_the_global_one_alone(memory):
     assert tracing.span("after-shutdown") is NOOP_SPAN
 
 
-class _Collector(BaseHTTPRequestHandler):
-    received: list[tuple[str, str, bytes]] = []
-
-    def do_POST(self):  # noqa: N802 (http.server's naming)
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.received.append((self.path, self.headers["Content-Type"], body))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
 def test_otlp_http_export_to_a_loopback_collector():
-    _Collector.received = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    collector = OtlpCollector()
     try:
-        tracing = Tracing(f"http://127.0.0.1:{server.server_address[1]}", service_name="loraplex")
+        tracing = Tracing(collector.url, service_name="loraplex")
         with tracing.span("http.request", tenant="acme"):
             with tracing.span("engine.generate"):
                 pass
         tracing.shutdown()  # flushes the batch
     finally:
-        server.shutdown()
-        server.server_close()
-    assert _Collector.received, "no OTLP export arrived"
-    path, content_type, body = _Collector.received[0]
+        collector.stop()
+    assert collector.requests, "no OTLP export arrived"
+    path, content_type, _ = collector.requests[0]
     assert (path, content_type) == ("/v1/traces", "application/x-protobuf")
-    request = ExportTraceServiceRequest.FromString(body)
-    [resource_spans] = request.resource_spans
-    service = {a.key: a.value.string_value for a in resource_spans.resource.attributes}["service.name"]
-    assert service == "loraplex"
-    names = {span.name for scope in resource_spans.scope_spans for span in scope.spans}
-    assert names == {"http.request", "engine.generate"}
+    assert {(service, span.name) for service, span in collector.spans()} == {
+        ("loraplex", "http.request"), ("loraplex", "engine.generate")}
+
+
+def test_a_carrier_hands_the_current_span_to_another_process(memory):
+    tracing, exporter = memory
+    assert carrier() == {}  # no span: nothing to join
+    other = Tracing(None, service_name="loraplex-replica", exporter=exporter)
+    with tracing.span("engine.generate") as caller:
+        headers = carrier()
+        with other.span("replica.generate", carrier=headers):
+            pass
+    other.force_flush()
+    tracing.force_flush()
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert spans["replica.generate"].parent.span_id == caller.get_span_context().span_id
+    assert spans["replica.generate"].context.trace_id == spans["engine.generate"].context.trace_id
+    assert spans["replica.generate"].resource.attributes["service.name"] == "loraplex-replica"
+    other.shutdown()
