@@ -50,7 +50,6 @@ from api.observability.history_json import slo_points
 from api.observability.outcome import RequestOutcome
 from api.observability.request_metrics import AdmissionCounts, EngineGauges, Metrics
 from api.observability.requestlog import log_request
-from engine.tracing import Tracing
 from api.openai.chat import ChatService
 from api.openai.completion import CompletionService
 from api.openai.models import ModelCatalog
@@ -69,6 +68,7 @@ from api.tenancy.limits import day_start, month_start
 from api.tenancy.limits_backend import LimitsBackend, MemoryLimits
 from api.tenancy.limits_redis import DEFAULT_LEASE_S, RedisLimits
 from api.tenancy.pricing import ComputeMeter, PriceTable
+from engine.tracing import Tracing
 from engine.types import EngineClient
 
 logger = logging.getLogger(__name__)
@@ -310,10 +310,11 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
     shadows = ShadowRunner(engine, queue, tiers, rollouts, routing_metrics, lambda: meter.usd_per_token,
                            routing.adapter_load_deadline_s)
     # Batch lines stay out of the latency metrics, SLOs, dashboard history and rollout comparisons (they wait
-    # for capacity by design); the batch gauges count them, the ledger and the request log record them.
+    # for capacity by design; the router reads them for its breakers only); the batch gauges count them, the
+    # ledger and the request log record them.
     sink = OutcomeSink([live_only(lambda outcome, finish: metrics.observe(outcome)),
                         live_only(lambda outcome, finish: history.record(outcome)), billing.record, log_request,
-                        live_only(lambda outcome, finish: router.observe(outcome))])
+                        lambda outcome, finish: router.observe(outcome)])
     resolver = ModelResolver(engine.model_id, registry)
     prices = PriceTable(tenancy)
     pipeline = Pipeline(

@@ -126,7 +126,7 @@ class RequestAccount:
             ttft_seconds=None if self.first_token_at is None else self.first_token_at - self.arrival,
             e2e_seconds=now - self.arrival, inter_token_seconds=tuple(self.gaps),
             price_usd=self.price_of(self.prompt_tokens, self.completion_tokens), cost_usd=self.cost_usd,
-            finished_at=time.time(), route=self.route, billing=billing,
+            finished_at=time.time(), route=self.route, billing=billing, attempt_id=self.request_id,
         )
         return outcome
 

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from api.auth import Caller
 from api.errors import overloaded
 from api.generation.accounting import RequestAccount
-from engine.tracing import Tracing
 from api.tenancy.admission import FairAdmission, QueueFull
 from api.tenancy.config import TenancyConfig
+from engine.tracing import Tracing
 
 
 class EngineAdmission:

@@ -34,12 +34,12 @@ from api.generation.sse import framed_stream
 from api.input_limits import InputLimits
 from api.lifecycle import Lifecycle
 from api.observability.drift import DriftMonitor, watched
-from engine.tracing import Tracing, traced
 from api.routing.shadow import ShadowRunner
 from api.routing.traffic import TrafficRouter
 from api.tenancy.billing import LedgerWriter
 from api.tenancy.config import BATCH_PRIORITY, TenancyConfig
 from api.tenancy.pricing import PriceTable
+from engine.tracing import Tracing, traced
 from engine.types import ChoiceDelta, EngineClient
 
 SERVED_MODEL_HEADER = "x-loraplex-model"
@@ -208,7 +208,7 @@ class GenerationService(ABC, Generic[Req]):
             calls = run_calls(self.engine, adapter, prepared.calls, account, p.cache_salts.salt_of(caller.tenant))
             if route.rollout is not None:
                 calls = p.router.tap(route, calls)
-            if p.drift is not None and lane is None:  # batch lines are not live traffic
+            if p.drift is not None and (lane is None or lane.preempt is None):  # batch lines are not live traffic
                 calls = watched(calls, p.drift, served.name, served.version,
                                 [(c.choice_offset, len(c.prompt_token_ids)) for c in prepared.calls])
             deltas = traced(calls, p.tracing, "engine.generate", model=served.id, tenant=caller.tenant,

@@ -107,12 +107,6 @@ class VirtualModel(_Strict):
     def members(self) -> list[str]:
         return self.cascade.stages if self.cascade is not None else self.ensemble.members
 
-    @property
-    def needs_logprobs(self) -> bool:
-        if self.cascade is not None:
-            return self.cascade.escalate_when.mean_logprob_below is not None
-        return self.ensemble.aggregate == MAX_MEAN_LOGPROB
-
 
 VirtualName = Annotated[str, Field(pattern=VIRTUAL_NAME_PATTERN)]
 VirtualModels = dict[VirtualName, VirtualModel]

@@ -32,6 +32,7 @@ class RequestOutcome:
     # `request_id` is a stable key of the work (a batch line's) and a second row under it, a line run again after
     # a crash, is dropped; "none", no row (a batch line's attempt stopped before it finished: it runs again).
     billing: str = "row"
+    attempt_id: str = ""  # the id the request ran under, when `request_id` is the work's key (a batch line's)
 
     @property
     def model_version(self) -> str:

@@ -24,7 +24,7 @@ from adapters.identity import LocatedAdapter
 from adapters.index import VersionNotFound
 from adapters.manifest import Manifest
 from adapters.registry import Registry
-from adapters.rollouts import CANDIDATE_ARM, STABLE_ARM, ArmOutcome, FallbackChain, Rollout, RolloutStore
+from adapters.rollouts import CANDIDATE_ARM, ArmOutcome, FallbackChain, Rollout, RolloutStore
 from api.errors import OpenAIError
 from api.generation.accounting import RequestAccount
 from api.generation.adapter_loading import AdapterLoader
@@ -35,6 +35,7 @@ from api.routing.config import RoutingConfig
 from api.routing.guard import GuardWindow
 from api.routing.metrics import RoutingMetrics
 from api.routing.policy import arm_of, shadows
+from api.tenancy.config import BATCH_PRIORITY
 from engine.types import ChoiceDelta
 
 logger = logging.getLogger(__name__)
@@ -262,17 +263,17 @@ class TrafficRouter:
     # Observe
 
     def observe(self, outcome: RequestOutcome) -> None:
-        """Reads one finished request (in the accounts' worker thread): breakers, arm outcome, guard."""
+        """Reads one finished request (in the accounts' worker thread): breakers, arm outcome, guard. Batch
+        lines feed the breakers only: rollout comparisons and guards are about live traffic."""
         with self._lock:
-            route = self._routes.pop(outcome.request_id, None)
+            route = self._routes.pop(outcome.attempt_id or outcome.request_id, None)
         if route is None:
             return
         if route.finished is not None and not route.finished.done():
             route.finished.get_loop().call_soon_threadsafe(_cancel, route.finished)
-        served = route.served
         self._feed_breaker(route.served, outcome.status)
         rollout = route.rollout
-        if rollout is None:
+        if rollout is None or outcome.priority == BATCH_PRIORITY:
             return
         status = route.primary_failed or outcome.status
         ttft = None if route.primary_failed else outcome.ttft_seconds

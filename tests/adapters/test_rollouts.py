@@ -83,7 +83,7 @@ def test_promote_moves_stable_and_ends_the_rollout(index, store):
 
 @pytest.mark.parametrize("state", ["aborted", "rolled_back"])
 def test_abort_and_rollback_leave_stable(index, store, state):
-    started = store.start("a", 2, 10)
+    store.start("a", 2, 10)
     ended = store.end("a", state, "why")
     assert (ended.state, ended.reason) == (state, "why")
     assert index.alias_target("a", "stable") == 1

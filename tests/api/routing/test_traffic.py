@@ -16,6 +16,7 @@ from api.generation.resolve import ServedModel, everything
 from api.routing.config import RoutingConfig
 from api.routing.metrics import RoutingMetrics
 from api.routing.traffic import FALLBACK_HEADER, ROUTE_HEADER, TrafficRouter
+from api.tenancy.config import BATCH_PRIORITY
 from tests.adapters.test_index import push
 
 BASE = "base-model"
@@ -192,3 +193,17 @@ async def test_a_probe_cancelled_while_loading_lets_the_next_request_probe(index
     with pytest.raises(asyncio.CancelledError):
         await task
     assert router.breakers.of("a@2").allow()
+
+
+def test_batch_lines_feed_breakers_only_and_keyed_work_is_forgotten_too(index, store, router):
+    rollout = store.start("a", 3, 100)
+    router.decide("a", served(index, 2), "acme", None, "line#1", everything)
+    line = account("line#1")
+    line.priority, line.billing_key = BATCH_PRIORITY, "batch_1:7"  # as api/generation/request.py marks a line
+    router.decide("a", served(index, 2), "acme", None, "job#1", everything)
+    job = account("job#1")
+    job.billing_key = "job_1"
+    router.observe(outcome(line, 200))
+    router.observe(outcome(job, 200))
+    assert router._routes == {}
+    assert [o.request_id for o in store.outcomes(rollout.id)] == ["job_1"]  # the live-priced job, not the line
