@@ -152,10 +152,10 @@ class Server:
                      "/v1/completions": Endpoint(CompletionRequest, self.graphs.dispatching(self.completion))}
         store = BatchStore(self.batch_config.store_path())
         blobs = FileBlobs(open_store(self.batch_config.files_uri()))
-        self.batch_runner = BatchRunner(store, blobs, endpoints, self.tenancy, self.batch_config,
-                                        lambda: self.lifecycle.draining)
-        self.lifecycle.on_drain.append(self.batch_runner.stop_all)
         queue = self.pipeline.admission.queue
+        self.batch_runner = BatchRunner(store, blobs, endpoints, self.tenancy, self.batch_config,
+                                        lambda: self.lifecycle.draining, lambda: queue.background_may_start(1))
+        self.lifecycle.on_drain.append(self.batch_runner.stop_all)
         self.metrics.set_batch_source(lambda: self.batch_runner.gauges(queue.stats().background_running))
         self.batches = BatchService(store, blobs, self.batch_runner, self.batch_config)
         self.job_runner = JobRunner(store, endpoints, self.batch_config)

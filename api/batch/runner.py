@@ -55,8 +55,13 @@ class _Running:
 
 class BatchRunner:
     def __init__(self, store: BatchStore, blobs: FileBlobs, endpoints: Endpoints, tenancy: TenancyConfig,
-                 config: BatchConfig, is_draining: Callable[[], bool]):
+                 config: BatchConfig, is_draining: Callable[[], bool],
+                 may_start: Callable[[], bool] = lambda: True):
+        """`may_start`: whether admission would give a batch line a slot now. While it would not (live traffic,
+        or its quiet period), no line is taken from the store: its preparation (resolve, tokenize) would only
+        take event-loop time from the live requests, to wait."""
         self.store = store
+        self._may_start = may_start
         self.blobs = blobs
         self.endpoints = endpoints
         self.tenancy = tenancy
@@ -120,7 +125,7 @@ class BatchRunner:
                 self._close(batch, "expired", "expired_at")
             elif status == "finalizing" or (status == "in_progress" and not self._has_work(batch_id)):
                 self._finalize(batch, "completed", "completed_at")
-        if not self._is_draining():
+        if not self._is_draining() and self._may_start():
             self._dispatch()
 
     def _has_work(self, batch_id: str) -> bool:

@@ -148,6 +148,31 @@ def test_bad_lines_are_reported_with_their_line_numbers(served):
         (6, "invalid_value")]
 
 
+def test_no_line_is_taken_while_admission_would_not_start_it(served):
+    server, url = served
+    runner = server.batch_runner
+    asked = threading.Semaphore(0)
+
+    def closed() -> bool:  # as admission answers while live requests run, or in its quiet period after them
+        asked.release()
+        return False
+
+    runner._may_start = closed
+    c = client(url)
+    batch = c.batches.create(input_file_id=c.files.create(file=("in.jsonl", jsonl(chat_line("a"), chat_line("b"))),
+                                                          purpose="batch").id,
+                             endpoint="/v1/chat/completions", completion_window="24h")
+    wait_status(c, batch.id, "in_progress")
+    while asked.acquire(blocking=False):  # ticks from before the lines were in the store
+        pass
+    for _ in range(2):  # two ticks of the runner with lines pending, each asking
+        assert asked.acquire(timeout=30)
+    assert runner.running_lines == 0 and c.batches.retrieve(batch.id).request_counts.completed == 0
+    runner._may_start = lambda: True
+    runner.wake()
+    assert wait_final(c, batch.id).request_counts.completed == 2
+
+
 def test_cancel_closes_the_lines_not_run(served, fake_engine):
     _, url = served
     c = client(url)
