@@ -2,7 +2,8 @@
 outcome of every request they routed, shadow comparisons, and each name's fallback chain.
 
 One rollout per name is active at a time (a partial unique index). Its state survives restarts because it
-lives in the same SQLite file as versions and aliases; `promote`, `abort` and the automatic rollback end it.
+lives in the same database as versions and aliases (the index's SQLite file or PostgreSQL database, adapters/sql.py);
+`promote`, `abort` and the automatic rollback end it.
 Only ready versions can be a rollout's stable or candidate arm.
 """
 

@@ -1,7 +1,8 @@
 """OpenTelemetry spans on a private tracer provider, or nothing at all when no endpoint is configured.
 
-Span names in use: `http.request`, `admission`, `adapter.load`, `engine.generate`, `stream`; in scale-out mode
-each engine replica adds `replica.generate`, a child of the server's span across the Ray hop (`carrier`).
+Span names in use: `http.request`, `admission` (`admission.background` for a batch line), `adapter.load`,
+`engine.generate`, `stream`; in scale-out mode each engine replica adds `replica.generate`, a child of the server's
+span across the Ray hop (`carrier`).
 """
 
 from __future__ import annotations

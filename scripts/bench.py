@@ -1,6 +1,6 @@
 """loraplex benchmark suite. Each scenario is a named entry; results go to docs/results/ and docs/benchmarks.md.
 
-    python scripts/bench.py [SCENARIO ...] [--quick] [--model tiny|smollm2]
+    python scripts/bench.py [SCENARIO ...] [--quick] [--model tiny|smollm2|mid]
     python scripts/bench.py --report docs/results/SCENARIO-STAMP.json   # tables of a saved run, into the doc
 
 Nothing here is asserted by the test suite: numbers are measured and reported, side by side in one run.
@@ -110,8 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", choices=BENCH_MODELS, default="tiny",
                         help="the base model and adapters: tiny (random Llama, the default), smollm2 "
                         "(SmolLM2-135M-Instruct) or mid (a random Llama of hidden 1024, 8 layers, three rank-16 "
-                        "adapters on all seven projections, generated for benchmarks); tiers and noisy-neighbour "
-                        "run on tiny only, kernels and mixed on tiny and mid")
+                        "adapters on all seven projections, generated for benchmarks); overhead, lora-scaling and "
+                        "baseline-hf run on all three, kernels and mixed on tiny and mid, tiers, noisy-neighbour, "
+                        "batch, cluster, state and routing on tiny only")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "results", help="where JSON and PNG files go (default: docs/results)")
     parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
     parser.add_argument("--report", type=Path, nargs="+", metavar="JSON",

@@ -16,7 +16,7 @@ class BatchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     batch_store_path: str | None = Field(default=None, description="SQLite file of batches, lines and async jobs "
-                                         "(default: $LORAPLEX_HOME/batches.sqlite, beside the usage ledger).")
+                                         "(default: $LORAPLEX_HOME/batches.sqlite, whatever --ledger-url is).")
     files_store_uri: str | None = Field(default=None, description="Where uploaded and result files live: a folder, "
                                         "file:///path or s3://bucket/prefix (default: $LORAPLEX_HOME/files).")
     files_max_bytes: int = Field(default=100 * 2**20, ge=1, description="Largest file POST /v1/files accepts.")

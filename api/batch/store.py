@@ -2,7 +2,10 @@
 
 A line is `pending` until its result is committed (`done` or `failed`); a server killed mid-line finds it
 pending at the next start and runs it again. Its usage row is keyed by batch and line (`billing_key`), so the
-ledger keeps only the first. Same durability as the usage ledger: WAL, synchronous NORMAL.
+ledger keeps only the first. WAL, synchronous NORMAL (the SQLite ledger's default durability).
+
+The file is `$LORAPLEX_HOME/batches.sqlite` unless `--batch-store-path` names another; it is SQLite and per server
+whatever the ledger's backend.
 """
 
 from __future__ import annotations

@@ -62,7 +62,8 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
                        "(a new version only if its content changed), and serve it (repeatable).")
     serve.add_argument("--pin", action="append", default=[], metavar="NAME",
                        help="Keep adapter NAME (its stable version) loaded in the engine's CPU tier and on "
-                       "disk; never evicted (repeatable).")
+                       "disk; never evicted (repeatable). With --replicas each replica keeps it once it has "
+                       "loaded it, on its first request.")
     add_config_arguments(serve, ServerConfig, skip=set())
     add_config_arguments(serve, DemoConfig, skip=set())
     add_config_arguments(serve, EngineConfig, skip={"model"})

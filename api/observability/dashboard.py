@@ -15,8 +15,14 @@ Shape (every number may be null where there is no traffic):
            "totals": {"requests", "errors", "prompt_tokens", "completion_tokens", "cost_usd", "price_usd",
                       "cost_per_1k_tokens_usd", "price_per_1k_tokens_usd"}}
 Tenant and model names are the bounded metric labels, so at most top_n rows plus `other`.
-`api/server.py` adds "batches": [{"id", "tenant", "status", "endpoint", "total", "finished", "failed"}], the
-newest 20.
+`api/server.py`'s `Server.dashboard_data` adds
+    "routing": {"rollouts": [{"id", "name", "policy", "state", "percent", "reason",
+                              "arms": [{"arm", "model", "requests", "error_rate", "ttft_p95_s"}],
+                              "shadow": {"completed", "exact_match_rate"}}] (the newest 10),
+                "breakers": {adapter version: "closed"|"half_open"|"open"}},
+    "batches": [{"id", "tenant", "status", "endpoint", "total", "finished", "failed"}] (the newest 20),
+and in scale-out mode "replicas": {replica id: {"residency": {tier: [adapter]}, "ongoing", "running", "waiting",
+"requests"}}.
 """
 
 from __future__ import annotations

@@ -47,7 +47,8 @@ class DriftConfig(BaseModel):
                                   "their own bin; the rest share one.")
     drift_max_versions: int = Field(default=100, ge=1, description="Adapter versions watched; later ones are not.")
     drift_path: str | None = Field(default=None, description="SQLite file keeping the drift windows across "
-                                   "restarts (default: drift.sqlite beside the usage ledger).")
+                                   "restarts (default: drift.sqlite beside the usage ledger's SQLite file, or under "
+                                   "$LORAPLEX_HOME with a PostgreSQL ledger).")
 
 
 DEFAULT_DRIFT = DriftConfig()
