@@ -141,7 +141,7 @@ def test_a_hot_adapter_spreads_over_replicas(cluster, keys, acme):
 
     def stream(_) -> int:
         with httpx.stream("POST", f"{cluster.url}/v1/completions", headers=acme, timeout=120,
-                          json={"model": "support-bot", "prompt": PROMPT, "max_tokens": 128, "ignore_eos": True,
+                          json={"model": "support-bot", "prompt": PROMPT, "max_tokens": 512, "ignore_eos": True,
                                 "stream": True}) as response:
             for _line in response.iter_lines():
                 pass

@@ -108,7 +108,8 @@ def test_sigterm_lets_a_running_stream_finish_then_exits_zero(server_process, se
     assert [c["finish_reason"] for chunk in chunks for c in chunk["choices"] if c["finish_reason"]] == ["length"]
     assert server_process.proc.wait(60) == 0
     log = server_process.log_path.read_text()
-    assert "SIGTERM: draining 1 request(s)" in log and "drain complete" in log
+    # At least the stream (earlier modules' queued work, an async job or a batch line, may still be in flight too).
+    assert re.search(r"SIGTERM: draining [1-9]\d* request\(s\)", log) and "drain complete" in log
     # The drift windows were saved on the way out, the drained stream's sequence with them (read at the next start).
     saved = DriftStore(demo_home / DRIFT_FILE).load()[(base_model_id, "")]
     assert any(s.output_tokens == 1000 for s in saved.reference + saved.current)
