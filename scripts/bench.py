@@ -23,6 +23,7 @@ import bench_batch  # noqa: E402
 import bench_cluster  # noqa: E402
 import bench_kernels  # noqa: E402
 import bench_routing  # noqa: E402
+import bench_scale  # noqa: E402
 import bench_serving  # noqa: E402
 import bench_state  # noqa: E402
 import bench_tenants  # noqa: E402
@@ -97,6 +98,9 @@ SCENARIOS = {
                  on_tiny(bench_state.run), bench_state.tables, in_quick=False),
         Scenario("routing", "The routing step's cost per request, and primary TTFT with a 100% shadow off and on "
                  "(interleaved rounds).", on_tiny(bench_routing.run), bench_routing.tables, in_quick=False),
+        Scenario("scale", "1,000 registered adapters, 100 active under Zipf(1.1): throughput and TTFT against one "
+                 "adapter and the base model, and greedy outputs of a sample against transformers + peft.",
+                 on_tiny(bench_scale.run), bench_scale.tables, in_quick=False),
     )
 }
 
@@ -112,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(SmolLM2-135M-Instruct) or mid (a random Llama of hidden 1024, 8 layers, three rank-16 "
                         "adapters on all seven projections, generated for benchmarks); overhead, lora-scaling and "
                         "baseline-hf run on all three, kernels and mixed on tiny and mid, tiers, noisy-neighbour, "
-                        "batch, cluster, state and routing on tiny only")
+                        "batch, cluster, state, routing and scale on tiny only")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "results", help="where JSON and PNG files go (default: docs/results)")
     parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
     parser.add_argument("--report", type=Path, nargs="+", metavar="JSON",

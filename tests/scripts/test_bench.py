@@ -14,6 +14,7 @@ import bench  # noqa: E402
 import bench_batch  # noqa: E402
 import bench_cluster  # noqa: E402
 import bench_kernels  # noqa: E402
+import bench_scale  # noqa: E402
 import bench_servers  # noqa: E402
 import bench_serving  # noqa: E402
 import bench_state  # noqa: E402
@@ -24,7 +25,7 @@ from bench_report import markdown_table, replace_section, write_run  # noqa: E40
 
 @pytest.mark.parametrize("argv,expected", [
     ([], ["overhead", "lora-scaling", "tiers", "noisy-neighbour", "baseline-hf", "batch", "cluster", "kernels",
-          "mixed", "state", "routing"]),
+          "mixed", "state", "routing", "scale"]),
     (["tiers", "kernels"], ["tiers", "kernels"]),
 ])
 def test_scenarios_parse(argv, expected):
@@ -279,3 +280,13 @@ def test_overhead_table_lists_every_rounds_ratio():
                                                      for p in ("median", "p99")}}
     headers, [row] = bench_serving.overhead_table({"summary": [summary]})
     assert headers[4] == "ratio per round" and row[:5] == [8, 990, 1000, 0.99, "0.95 / 1.02 / 1.00"]
+
+
+def test_scale_tables():
+    load = {"requests": 192, "distinct_used": 61, "output_tok_s": 812.4, "ttft_p50_ms": 90.04, "ttft_p99_ms": 700.0}
+    results = {"registered": 1000, "listed_models": 1001, "ready_s": 95.2, "concurrency": 8, "max_tokens": 32,
+               "max_loras": 4, "zipf_vs_one_adapter": 0.4, "loads": {"Zipf over 100 of 1000": load},
+               "exact_sample": {"scale1k-001": True, "scale1k-002": False}}
+    (caption, _, rows), (_, _, exact) = bench_scale.tables(results)
+    assert "Zipf / one adapter: 0.40" in caption and rows == [["Zipf over 100 of 1000", 192, 61, 812, 90.0, 700.0]]
+    assert exact == [["scale1k-001", "yes"], ["scale1k-002", "NO"]]
