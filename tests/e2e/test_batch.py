@@ -68,8 +68,9 @@ def test_live_requests_take_slots_back_from_a_running_batch(openai_client, base_
         return float(found.group(1)) if found else 0.0
 
     before = preemptions()
+    # Long lines: the batch must still be running when a scrape looks (64 tokens ran out between two scrapes once).
     lines = [{"custom_id": f"long-{i}", "method": "POST", "url": "/v1/completions",
-              "body": {"model": base_model_id, "prompt": f"line {i}", "max_tokens": 256, "ignore_eos": True}}
+              "body": {"model": base_model_id, "prompt": f"line {i}", "max_tokens": 512, "ignore_eos": True}}
              for i in range(24)]
     batch = openai_client.batches.create(
         input_file_id=openai_client.files.create(file=("long.jsonl", jsonl(lines)), purpose="batch").id,
