@@ -29,6 +29,18 @@ SERVER_START_TIMEOUT_S = 300
 TINY = "tiny"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_data_home(tmp_path_factory):
+    """No test writes to the real data home (~/.local/share/loraplex): what a server built without explicit paths
+    keeps there (batch store, files, default ledger, drift windows) goes to a folder of the session."""
+    if os.environ.get("LORAPLEX_HOME"):
+        yield
+        return
+    os.environ["LORAPLEX_HOME"] = str(tmp_path_factory.mktemp("data-home"))
+    yield
+    os.environ.pop("LORAPLEX_HOME", None)
+
+
 @pytest.fixture(scope="session")
 def demo_home(tmp_path_factory) -> Path:
     from adapters.demo.assets import DemoConfig, ensure_demo_assets
