@@ -270,7 +270,8 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
     replaces the one `options.otlp_endpoint` describes (tests pass an in-memory exporter). Raises GraphError
     listing every problem of the tenants file's virtual models."""
     virtual = VirtualModelTable(engine.model_id, registry, tenancy.virtual_models)
-    metrics = Metrics(CollectorRegistry(), options.metrics_top_n, tenancy.slo_for)
+    # Collectors without names (gauges read at scrape time) stay in a `name[]`-filtered scrape.
+    metrics = Metrics(CollectorRegistry(support_collectors_without_names=True), options.metrics_top_n, tenancy.slo_for)
     drift = DriftMonitor(drift_config)
     metrics.registry.register(DriftCollector(drift))
     history = History(metrics.tenant_label, metrics.model_label, time.time)

@@ -7,7 +7,7 @@ models and adapters pass through `LabelBounder`s, so a series set never grows pa
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -170,8 +170,10 @@ class Metrics:
 
     # --- output ------------------------------------------------------------------------------------------------
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, names: Sequence[str] = ()) -> bytes:
+        """The exposition; with `names`, only those samples (a histogram's are `<name>_bucket`, `_sum`,
+        `_count`), and only their collectors run."""
+        return generate_latest(self.registry.restricted_registry(names) if names else self.registry)
 
     def snapshot(self) -> MetricsSnapshot:
         """Totals since start and windowed SLO summaries, per bounded tenant and per bounded model@version."""

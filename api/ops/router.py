@@ -35,10 +35,12 @@ async def ready(request: Request) -> Response:
 
 @ops_router.get("/metrics")
 async def metrics(request: Request) -> Response:
-    """Prometheus exposition; the admin key or a metrics key when tenants are configured."""
+    """Prometheus exposition; the admin key or a metrics key when tenants are configured. `name[]` (repeatable,
+    as Prometheus' `params` send it) keeps only those samples, e.g. `?name[]=loraplex_engine_running_requests`."""
     server = request.app.state.server
     server.auth.metrics_reader(request.headers.get("authorization"))
-    return Response(server.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    names = request.query_params.getlist("name[]")
+    return Response(server.metrics.render(names), media_type=CONTENT_TYPE_LATEST)
 
 
 @ops_router.get("/dashboard")

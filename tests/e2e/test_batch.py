@@ -76,7 +76,7 @@ def test_live_requests_take_slots_back_from_a_running_batch(openai_client, base_
         input_file_id=openai_client.files.create(file=("long.jsonl", jsonl(lines)), purpose="batch").id,
         endpoint="/v1/completions", completion_window="24h")
     deadline = time.monotonic() + 60
-    while not re.search(r"^loraplex_batch_running_lines [1-9]", metrics_text(), re.M):
+    while not re.search(r"^loraplex_batch_running_lines [1-9]", metrics_text("loraplex_batch_running_lines"), re.M):
         assert time.monotonic() < deadline, "the batch never started running"
         time.sleep(0.05)
     live = openai_client.completions.create(model=base_model_id, prompt="live", max_tokens=4)

@@ -42,7 +42,8 @@ def _drop_after_first_chunk(server: str, metrics_text, headers: dict, body: dict
             for line in response.iter_lines():
                 if line.startswith("data: "):
                     received = len(json.loads(line[len("data: "):])["choices"][0]["token_ids"])
-                    busy = scrape(metrics_text)
+                    # Only this gauge: a whole scrape grows with the session's series and may outlast the stream.
+                    busy = scrape(lambda: metrics_text("loraplex_engine_unfinished_requests"))
                     # Leaving the iterator closes the connection (httpcore) with most tokens still to go.
                     return value(busy, "loraplex_engine_unfinished_requests"), received
     raise AssertionError("stream ended without a chunk")

@@ -61,3 +61,20 @@ async def test_a_metrics_key_cannot_generate(guarded_client):
 async def test_history_query_errors(guarded_client, query, param):
     response = await guarded_client.get(f"/dashboard/history?{query}", headers=bearer(ADMIN))
     assert response.status_code == 400 and response.json()["error"]["param"] == param
+
+
+@pytest.mark.parametrize(("query", "families"), [
+    ("", None),  # everything
+    ("?name[]=loraplex_engine_running_requests", {"loraplex_engine_running_requests"}),
+    ("?name[]=loraplex_engine_running_requests&name[]=loraplex_requests_in_flight",
+     {"loraplex_engine_running_requests", "loraplex_requests_in_flight"}),
+    ("?name[]=no_such_metric", set()),
+])
+async def test_metrics_keep_only_the_named_samples(guarded_client, query, families):
+    response = await guarded_client.get(f"/metrics{query}", headers=bearer(METRICS))
+    assert response.status_code == 200
+    names = {line.split("{")[0].split(" ")[0] for line in response.text.splitlines() if not line.startswith("#")}
+    if families is None:
+        assert {"loraplex_engine_running_requests", "loraplex_requests_in_flight", "loraplex_batch_running_lines"} < names
+    else:
+        assert names - {""} == families
