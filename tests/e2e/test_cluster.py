@@ -170,7 +170,7 @@ def _replica_report(cluster, keys, replica_id: str) -> dict:
 
 
 def test_a_dropped_stream_is_aborted_on_its_replica(cluster, keys, acme):
-    long_tokens = 450
+    long_tokens = 900  # an idle replica generates 450 in about a second: the abort must come first
     # An adapter only the first test used, so it has one holder (the others may have spread by now).
     assert _complete(cluster.url, acme, EXTRA_ADAPTER, max_tokens=1).status_code == 200
     (holder,) = _holders(_status(cluster, keys), f"{EXTRA_ADAPTER}@1")
@@ -202,19 +202,20 @@ def _read_until_first_chunk(lines) -> dict:
 def test_a_replica_killed_mid_stream(cluster, keys):
     solo = keys.headers("solo")  # max_concurrent 1: the killed stream's reservation must come back
     killed_id = f"kill-{uuid.uuid4().hex}"
-    before = _requests_by_replica(_status(cluster, keys))
+    # The victim is chosen before the stream (affinity sends poet to its one holder), so the kill follows the first
+    # chunk at once: an idle replica generates the 1000 tokens in a few seconds. A wrong victim would let the stream
+    # end normally, which fails below.
+    assert _complete(cluster.url, solo, "poet", max_tokens=1).status_code == 200  # resident on one replica
+    (holder,) = _holders(_status(cluster, keys), "poet@1")
+    victim = _replica_report(cluster, keys, holder)
+    engine_processes = _descendants(victim["pid"])
+    assert engine_processes, "the replica's vLLM engine core runs in a child process"
     with httpx.stream("POST", f"{cluster.url}/v1/completions", timeout=120,
                       headers={**solo, "X-Request-Id": killed_id},
                       json={"model": "poet", "prompt": PROMPT, "max_tokens": 1000, "ignore_eos": True,
                             "stream": True}) as response:
         lines = response.iter_lines()
         _read_until_first_chunk(lines)
-        status = _status(cluster, keys)
-        serving = [r for r in status["replicas"] if r["requests"] > before.get(r["replica_id"], 0)]
-        assert len(serving) == 1, status
-        victim = serving[0]
-        engine_processes = _descendants(victim["pid"])
-        assert engine_processes, "the replica's vLLM engine core runs in a child process"
         os.kill(victim["pid"], signal.SIGKILL)
         rest = [line for line in lines if line.startswith("data: ")]
     assert rest[-1] == "data: [DONE]"
