@@ -76,7 +76,9 @@ def test_live_requests_take_slots_back_from_a_running_batch(openai_client, base_
         input_file_id=openai_client.files.create(file=("long.jsonl", jsonl(lines)), purpose="batch").id,
         endpoint="/v1/completions", completion_window="24h")
     deadline = time.monotonic() + 60
-    while not re.search(r"^loraplex_batch_running_lines [1-9]", metrics_text("loraplex_batch_running_lines"), re.M):
+    running = ("loraplex_batch_running_lines", "loraplex_engine_running_requests")
+    while not re.search(r"^loraplex_(batch_running_lines|engine_running_requests) [1-9]", metrics_text(*running),
+                        re.M):
         assert time.monotonic() < deadline, "the batch never started running"
         time.sleep(0.05)
     live = openai_client.completions.create(model=base_model_id, prompt="live", max_tokens=4)
