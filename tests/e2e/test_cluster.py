@@ -101,14 +101,15 @@ def test_a_trace_crosses_the_ray_hop(cluster, collector, acme):
     deadline = time.monotonic() + 60  # spans leave in batches, every 5 s
     while True:
         spans = collector.spans()
-        [root] = [span for service, span in spans if service == "loraplex" and span.name == "http.request"
-                  and _attributes(span).get("request_id") == request_id] or [None]
-        replica = [span for service, span in spans if root is not None and service == "loraplex-replica"
-                   and span.trace_id == root.trace_id]
+        roots = [span for service, span in spans if service == "loraplex" and span.name == "http.request"
+                 and _attributes(span).get("request_id") == request_id]
+        replica = [span for service, span in spans if service == "loraplex-replica"
+                   and any(span.trace_id == root.trace_id for root in roots)]
         if replica:
             break
         assert time.monotonic() < deadline, sorted((service, span.name) for service, span in spans)
         time.sleep(0.5)
+    [root] = roots
     [replica_span] = replica
     server_spans = {span.span_id: span for service, span in spans if service == "loraplex"
                     and span.trace_id == root.trace_id}
