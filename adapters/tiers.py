@@ -87,6 +87,8 @@ class EngineTiers(Protocol):
 
     def release(self, acquired: Acquired) -> None: ...
 
+    async def prefetch(self, manifest: Manifest) -> None: ...
+
     async def evict(self, manifest: Manifest) -> bool: ...
 
     def residency(self) -> dict[str, list[str]]: ...
@@ -108,6 +110,7 @@ class AdapterTiers:
         self._slots: OrderedDict[str, str] = OrderedDict()  # engine name -> label, LRU first
         self._in_use: Counter[int] = Counter()
         self._loading: dict[int, asyncio.Future[tuple[LocatedAdapter, str]]] = {}
+        self._prefetched: set[int] = set()  # loaded ahead of a waiting request that has not acquired it yet
         self._loads_in_flight = 0
         self._engine_lock = asyncio.Lock()
 
@@ -118,7 +121,9 @@ class AdapterTiers:
         """The adapter, loaded into the engine's CPU cache; call `release` when its request ends."""
         started = time.monotonic()
         adapter, found_in = await self._ensure_loaded(manifest)
-        self._in_use[self._engine.adapter_id(adapter.identity)] += 1
+        adapter_id = self._engine.adapter_id(adapter.identity)
+        self._in_use[adapter_id] += 1
+        self._prefetched.discard(adapter_id)
         return Acquired(adapter, found_in, time.monotonic() - started)
 
     def release(self, acquired: Acquired) -> None:
@@ -140,6 +145,9 @@ class AdapterTiers:
             self._cpu.move_to_end(adapter_id)
             return self._cpu[adapter_id], TIER_CPU
         self._events.cache_miss(label, TIER_CPU)
+        return await asyncio.shield(self._loading_of(manifest, adapter_id))
+
+    def _loading_of(self, manifest: Manifest, adapter_id: int) -> asyncio.Future[tuple[LocatedAdapter, str]]:
         pending = self._loading.get(adapter_id)
         if pending is None:
             # A task of its own, awaited through a shield: a requester that goes away (its client disconnected)
@@ -147,7 +155,24 @@ class AdapterTiers:
             pending = asyncio.ensure_future(self._load(manifest, adapter_id))
             self._loading[adapter_id] = pending
             pending.add_done_callback(lambda done: self._load_done(adapter_id, done))
-        return await asyncio.shield(pending)
+        return pending
+
+    async def prefetch(self, manifest: Manifest) -> None:
+        """Loads the adapter into the CPU tier ahead of its request (which is waiting for admission), unless it is
+        there or loading, or room for it would cost an idle adapter not itself prefetched. Counts no hit or miss:
+        the request's own `acquire` does."""
+        adapter_id = self._engine.adapter_id(manifest.identity)
+        if adapter_id in self._cpu or adapter_id in self._loading:
+            return
+        full = len(self._cpu) + self._loads_in_flight >= self._max_cpu
+        if full and not any(self._in_use[i] == 0 and i not in self._prefetched for i in self._evictable()):
+            return
+        self._prefetched.add(adapter_id)
+        try:
+            await asyncio.shield(self._loading_of(manifest, adapter_id))
+        except BaseException:
+            self._prefetched.discard(adapter_id)
+            raise
 
     def _load_done(self, adapter_id: int, done: asyncio.Future) -> None:
         self._loading.pop(adapter_id, None)
@@ -203,10 +228,14 @@ class AdapterTiers:
             await self._evict_id(victim)
 
     def _victim(self) -> int | None:
-        unpinned = [i for i, a in self._cpu.items() if a.identity.name not in self._pinned]
+        """LRU among idle adapters not waited for, then idle prefetched ones, then any unpinned one."""
+        unpinned = self._evictable()
         idle = [i for i in unpinned if self._in_use[i] == 0]
-        candidates = idle or unpinned
+        candidates = [i for i in idle if i not in self._prefetched] or idle or unpinned
         return candidates[0] if candidates else None
+
+    def _evictable(self) -> list[int]:
+        return [i for i, a in self._cpu.items() if a.identity.name not in self._pinned]
 
     async def _evict_id(self, adapter_id: int) -> None:
         adapter = self._cpu.pop(adapter_id)
@@ -214,6 +243,7 @@ class AdapterTiers:
         self._left_cpu(adapter.identity)
 
     def _left_cpu(self, identity: AdapterIdentity) -> None:
+        self._prefetched.discard(self._engine.adapter_id(identity))
         self._events.evicted(identity.label, TIER_CPU)
         self._events.set_resident(identity.label, TIER_CPU, False)
         self._drop_slot(self._engine.engine_name(identity))
@@ -256,6 +286,10 @@ class AdapterTiers:
                 return False
             await self._evict_id(adapter_id)
         return True
+
+    def engine_slots(self) -> frozenset[str]:
+        """Labels in the engine's slots now (as of the last step)."""
+        return frozenset(self._slots.values())
 
     def residency(self) -> dict[str, list[str]]:
         """Labels resident in the engine tiers, most recently used last."""

@@ -60,6 +60,7 @@ from api.routing.serving import RoutingService
 from api.routing.shadow import ShadowRunner
 from api.routing.traffic import TrafficRouter
 from api.sagemaker.serving import InvocationService
+from api.tenancy.adapter_slots import AdapterSlots
 from api.tenancy.admission import FairAdmission
 from api.tenancy.billing import LedgerWriter
 from api.tenancy.config import BATCH_PRIORITY, TenancyConfig
@@ -280,6 +281,18 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
                          synchronous=options.ledger_synchronous)
     drift_store = DriftStore(drift_config.drift_path or ledger.path.with_name(DRIFT_FILE))
     drift.restore(drift_store.load())
+    tiers, disk, adapter_slots = remote_tiers, None, None
+    if tiers_sizes is not None:
+        disk = AdapterDiskCache(tiers_sizes.disk_dir, tiers_sizes.disk_bytes, registry.store,
+                                on_evict=lambda entry: tier_events.evicted(entry.label, TIER_DISK))
+        for name in pins:
+            disk.pin(name)
+        local = AdapterTiers(engine, disk, registry.check_folder, tier_events, tiers_sizes.max_loras,
+                             tiers_sizes.max_cpu_loras, frozenset(pins))
+        if tenancy.admission.adapter_aware:
+            adapter_slots = AdapterSlots(tiers_sizes.max_loras, local.engine_slots,
+                                         tenancy.admission.adapter_slot_wait_s)
+        tiers = local
     if "max_running" in tenancy.admission.model_fields_set or max_running is None:
         max_running = tenancy.admission.max_running
     queue = FairAdmission(max_running, tenancy.admission.max_queued,
@@ -287,15 +300,7 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
                           max_queued_per_tenant=tenancy.admission.max_queued_per_tenant,
                           max_queue_wait_s=tenancy.admission.max_queue_wait_s,
                           max_background_with_live=tenancy.admission.max_batch_running_with_live,
-                          background_quiet_s=tenancy.admission.batch_quiet_s)
-    tiers, disk = remote_tiers, None
-    if tiers_sizes is not None:
-        disk = AdapterDiskCache(tiers_sizes.disk_dir, tiers_sizes.disk_bytes, registry.store,
-                                on_evict=lambda entry: tier_events.evicted(entry.label, TIER_DISK))
-        for name in pins:
-            disk.pin(name)
-        tiers = AdapterTiers(engine, disk, registry.check_folder, tier_events, tiers_sizes.max_loras,
-                             tiers_sizes.max_cpu_loras, frozenset(pins))
+                          background_quiet_s=tenancy.admission.batch_quiet_s, adapters=adapter_slots)
     metrics.set_engine_source(lambda: _engine_gauges(engine))
     if cluster is not None:
         metrics.registry.register(ReplicaCollector(cluster))
@@ -318,11 +323,12 @@ def build_server(engine: EngineClient, registry: Registry, tenancy: TenancyConfi
                         lambda outcome, finish: router.observe(outcome)])
     resolver = ModelResolver(engine.model_id, registry)
     prices = PriceTable(tenancy)
+    loader = AdapterLoader(tiers, tracing)
     pipeline = Pipeline(
         engine=engine, tenancy=tenancy, lifecycle=lifecycle,
         accounts=Accounts(sink, tenancy, prices, meter, metrics.in_flight, lifecycle),
         resolver=resolver, limits=TenantLimits(limits_backend(options, tenancy, ledger)),
-        admission=EngineAdmission(tenancy, queue, tracing), loader=AdapterLoader(tiers, tracing), tracing=tracing,
+        admission=EngineAdmission(tenancy, queue, loader, tracing), loader=loader, tracing=tracing,
         input_limits=input_limits, billing=billing, cache_salts=CacheSalts(), router=router, shadows=shadows,
         prices=prices, drift=drift,
     )

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 from adapters.identity import LocatedAdapter
+from adapters.manifest import Manifest
 from adapters.tiers import EngineTiers
 from adapters.validation import AdapterValidationError
 from api.errors import OpenAIError
@@ -11,6 +15,8 @@ from api.generation.resolve import ServedModel
 from engine.tracing import Tracing
 from engine.types import EngineError
 
+logger = logging.getLogger(__name__)
+
 
 class AdapterLoader:
     """`tiers` None: no adapter tiers (the fake engine of HTTP-layer tests), every request runs on the base."""
@@ -18,6 +24,21 @@ class AdapterLoader:
     def __init__(self, tiers: EngineTiers | None, tracing: Tracing):
         self.tiers = tiers
         self.tracing = tracing
+        self._prefetches: set[asyncio.Task] = set()
+
+    def prefetch(self, manifest: Manifest | None) -> None:
+        """Starts loading the adapter of a request that waits for admission into the CPU tier, so it is ready
+        when the request starts. A failure is left to the request's own load, which reports it."""
+        if manifest is None or self.tiers is None:
+            return
+        task = asyncio.create_task(self.tiers.prefetch(manifest))
+        self._prefetches.add(task)
+        task.add_done_callback(self._prefetched)
+
+    def _prefetched(self, task: asyncio.Task) -> None:
+        self._prefetches.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.debug("prefetch failed: %s", task.exception())
 
     async def enter(self, served: ServedModel, account: RequestAccount) -> LocatedAdapter | None:
         """The adapter to run with (None for the base model); 500 if it fails validation, 503 if it cannot

@@ -193,10 +193,11 @@ class GenerationService(ABC, Generic[Req]):
             if lane is None or lane.preempt is None:
                 limit_headers = await p.limits.admit(caller, prepared.reserve_tokens, prepared.sequences,
                                                      limit_param, account)
-                await p.admission.enter(caller, prepared.sequences, account)
+                await p.admission.enter(caller, prepared.sequences, account, route.primary.manifest)
             else:
                 # Slots first: a batch line waiting for capacity holds none of its tenant's concurrency or tokens.
-                await p.admission.enter_background(caller, prepared.sequences, account, lane.preempt)
+                await p.admission.enter_background(caller, prepared.sequences, account, lane.preempt,
+                                                   route.primary.manifest)
                 limit_headers = await p.limits.admit(caller, prepared.reserve_tokens, prepared.sequences,
                                                      limit_param, account)
             adapter = await p.router.enter(route, p.loader, account)

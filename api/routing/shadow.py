@@ -48,7 +48,9 @@ class ShadowRunner:
         if route.shadow is None or self.tiers is None:
             return
         label = self.metrics.label(route.shadow.name)
-        ticket = self.queue.try_acquire_idle(SHADOW_TENANT, sum(c.params.n for c in calls), KEEP_FREE_SLOTS)
+        manifest = route.shadow.manifest
+        ticket = self.queue.try_acquire_idle(SHADOW_TENANT, sum(c.params.n for c in calls), KEEP_FREE_SLOTS,
+                                             adapter=None if manifest is None else manifest.label)
         if ticket is None:
             self.metrics.shadows.labels(label, "skipped").inc()
             return

@@ -1,129 +1,23 @@
 """Fair admission in front of the engine: a bounded number of running requests, the rest wait their turn.
 
-The order is start-time fair queueing across tenants: each waiting request gets the tag
-max(virtual time, its tenant's last finish); the tenant's last finish moves on by cost / weight; the
-smallest tag among the tenants allowed to start goes first (ties by arrival) and the virtual time moves up
-to its tag. A tenant that floods the queue only pushes its own tags out, so a newcomer is served within one
-round, and over time tenants get slots in proportion to their weights. Which tenants may start is
-`FairAdmission`'s business (free slots, fair shares and claims).
+The order is start-time fair queueing across tenants (`FairQueue`); which tenants may start is decided here
+(free slots, fair shares and claims), and, with `AdapterSlots`, which of a tenant's waiting requests starts in
+its turn (the adapters the engine can run together).
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import math
 import time
-from collections import Counter, deque
-from dataclasses import dataclass, field
-from typing import Callable, Generic, TypeVar
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
 
-T = TypeVar("T")
+from api.tenancy.adapter_slots import AdapterSlots, Overdue
+from api.tenancy.fair_queue import Entry, FairQueue
+
 _EPS = 1e-9  # shares are fractions of slots; compare them with slot counts with this much slack
-
-
-@dataclass(order=True)
-class _Entry(Generic[T]):
-    tag: float
-    seq: int
-    tenant: str = field(compare=False)
-    finish: float = field(compare=False)
-    item: T = field(compare=False)
-    live: bool = field(default=True, compare=False)
-
-
-class FairQueue(Generic[T]):
-    """Start-time fair queueing over per-tenant FIFOs. Pure; no clock, no asyncio."""
-
-    def __init__(self) -> None:
-        self._fifos: dict[str, deque[_Entry[T]]] = {}
-        self._seq = itertools.count()
-        self._virtual_time = 0.0
-        self._last_finish: dict[str, float] = {}
-        self._queued: Counter[str] = Counter()
-        self._total = 0
-
-    def __len__(self) -> int:
-        return self._total
-
-    @property
-    def virtual_time(self) -> float:
-        return self._virtual_time
-
-    def queued(self) -> dict[str, int]:
-        return {tenant: n for tenant, n in self._queued.items() if n}
-
-    def queued_of(self, tenant: str) -> int:
-        return self._queued[tenant]
-
-    def push(self, tenant: str, item: T, weight: float, cost: float = 1.0) -> _Entry[T]:
-        """Enqueue; the returned handle can be passed to `remove`."""
-        if weight <= 0 or cost <= 0:
-            raise ValueError(f"weight and cost must be positive, got weight={weight}, cost={cost}")
-        tag = max(self._virtual_time, self._last_finish.get(tenant, 0.0))
-        entry = _Entry(tag, next(self._seq), tenant, tag + cost / weight, item)
-        self._last_finish[tenant] = entry.finish
-        self._queued[tenant] += 1
-        self._total += 1
-        self._fifos.setdefault(tenant, deque()).append(entry)
-        return entry
-
-    def pop(self) -> tuple[str, T]:
-        """The waiting item with the smallest tag; IndexError when empty."""
-        popped = self.pop_first(lambda tenant: True)
-        if popped is None:
-            raise IndexError("pop from an empty FairQueue")
-        return popped
-
-    def pop_first(self, eligible: Callable[[str], bool]) -> tuple[str, T] | None:
-        """The waiting item with the smallest tag among tenants that `eligible` accepts; None if there is none.
-        Within a tenant tags only grow, so only each tenant's head is a candidate."""
-        best: _Entry[T] | None = None
-        for tenant, fifo in list(self._fifos.items()):
-            while fifo and not fifo[0].live:
-                fifo.popleft()
-            if not fifo:
-                del self._fifos[tenant]
-            elif (best is None or fifo[0] < best) and eligible(tenant):
-                best = fifo[0]
-        return None if best is None else self._take(best)
-
-    def pop_head(self, tenant: str) -> tuple[str, T]:
-        """The item `tenant` would start next (its FIFO's head, as `peek_first` found it)."""
-        fifo = self._fifos[tenant]
-        while not fifo[0].live:
-            fifo.popleft()
-        return self._take(fifo[0])
-
-    def _take(self, entry: _Entry[T]) -> tuple[str, T]:
-        self._fifos[entry.tenant].popleft()
-        entry.live = False
-        self._queued[entry.tenant] -= 1
-        self._total -= 1
-        self._virtual_time = max(self._virtual_time, entry.tag)
-        return entry.tenant, entry.item
-
-    def peek_first(self, eligible: Callable[[str], bool]) -> tuple[str, T] | None:
-        """What `pop_first(eligible)` would return, left in the queue."""
-        best: _Entry[T] | None = None
-        for tenant, fifo in self._fifos.items():
-            while fifo and not fifo[0].live:
-                fifo.popleft()
-            if fifo and (best is None or fifo[0] < best) and eligible(tenant):
-                best = fifo[0]
-        return (best.tenant, best.item) if best is not None else None
-
-    def remove(self, entry: _Entry[T]) -> bool:
-        """Drop a waiting item; False if it already left. Its FIFO place is reclaimed lazily by `pop_first`."""
-        if not entry.live:
-            return False
-        entry.live = False
-        self._queued[entry.tenant] -= 1
-        self._total -= 1
-        if self._last_finish.get(entry.tenant) == entry.finish:
-            # The tenant's newest item left: give back the share it had booked.
-            self._last_finish[entry.tenant] = entry.tag
-        return True
 
 
 class QueueFull(Exception):
@@ -141,6 +35,8 @@ class Ticket:
 
     tenant: str
     slots: int = 1
+    adapter: str | None = None  # the adapter's label; None: the base model
+    enqueued_at: float = 0.0
     queue_seconds: float = 0.0
     granted_at: float = 0.0
     released: bool = False
@@ -183,6 +79,9 @@ class FairAdmission:
     (and being preempted again) in every gap between them. Background slots count against `max_running` but not
     in any tenant's fair share.
 
+    With `adapters` (api/tenancy/adapter_slots.py), a request whose adapter would exceed the engine's distinct
+    adapters per step waits, and a tenant's turn goes to its waiting request whose adapter is cheapest to run.
+
     Cancellation-safe: a waiter cancelled before its grant leaves the queue, one cancelled after its
     grant hands the slot on. Single event loop; not thread-safe.
     """
@@ -192,7 +91,7 @@ class FairAdmission:
     def __init__(self, max_running: int, max_queued: int, clock: Callable[[], float] = time.monotonic,
                  reserve_window_s: float = 0.0, max_queued_per_tenant: int | None = None,
                  max_queue_wait_s: float | None = None, max_background_with_live: int = 0,
-                 background_quiet_s: float = 0.0):
+                 background_quiet_s: float = 0.0, adapters: AdapterSlots | None = None):
         if max_running <= 0 or max_queued < 0 or reserve_window_s < 0 or max_background_with_live < 0:
             raise ValueError(f"need max_running > 0, max_queued >= 0 and reserve_window_s >= 0, got "
                              f"{max_running}, {max_queued}, {reserve_window_s}")
@@ -218,22 +117,26 @@ class FairAdmission:
         self._background: list[Ticket] = []  # granted, in grant order
         self._background_slots = 0
         self._background_waiters: list[asyncio.Future] = []
+        self.adapters = adapters
 
     @property
     def running(self) -> int:
         return self._total_running
 
-    async def acquire(self, tenant: str, weight: float, slots: int = 1) -> Ticket:
-        """Wait for `slots` slots (one per sequence); raises QueueFull at once when `max_queued` requests (or
-        `max_queued_per_tenant` of this tenant's) already wait."""
+    async def acquire(self, tenant: str, weight: float, slots: int = 1, adapter: str | None = None,
+                      on_wait: Callable[[], None] | None = None) -> Ticket:
+        """Wait for `slots` slots (one per sequence) for a request running `adapter` (a label; None: the base
+        model); raises QueueFull at once when `max_queued` requests (or `max_queued_per_tenant` of this tenant's)
+        already wait. `on_wait()` runs if the request has to wait (e.g. to prefetch its adapter)."""
         started = self._clock()
-        ticket = Ticket(tenant, slots=max(1, min(slots, self.max_running)))
+        ticket = Ticket(tenant, slots=max(1, min(slots, self.max_running)), adapter=adapter, enqueued_at=started)
         self._last_live = started
         self._yield_background(ticket.slots)
         self._weights[tenant] = weight
         self._dispatch()  # claims may have lapsed since the last event
         may_start = self._verdicts(started, joining=tenant)
-        if not self._reserving and not self._queue.queued_of(tenant) and may_start(tenant, ticket.slots):
+        if (not self._reserving and not self._queue.queued_of(tenant) and may_start(tenant, ticket.slots)
+                and (self.adapters is None or self.adapters.fits(adapter))):
             self._grant(ticket, started)
             return ticket
         queued = len(self._queue)
@@ -243,6 +146,8 @@ class FairAdmission:
             raise QueueFull(self._retry_after(queued), queued)
         for listener in self._wait_listeners:  # e.g. shadows give their slots back (api/routing/shadow.py)
             listener()
+        if on_wait is not None:
+            on_wait()
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         entry = self._queue.push(tenant, (future, ticket), weight, ticket.slots)
         self._note_demand(tenant)
@@ -260,13 +165,15 @@ class FairAdmission:
         ticket.queue_seconds = ticket.granted_at - started
         return ticket
 
-    def try_acquire_idle(self, tenant: str, slots: int, keep_free: int) -> Ticket | None:
-        """Slots for background work, only while nobody waits and `keep_free` slots stay free after it; never
-        queues. Whoever holds such slots should give them back when a wait listener fires."""
+    def try_acquire_idle(self, tenant: str, slots: int, keep_free: int, adapter: str | None = None) -> Ticket | None:
+        """Slots for background work, only while nobody waits, `keep_free` slots stay free after it and its
+        adapter fits; never queues. Whoever holds such slots should give them back when a wait listener fires."""
         slots = max(1, min(slots, self.max_running))
         if self._queue or self.max_running - self._total_running - slots < keep_free:
             return None
-        ticket = Ticket(tenant, slots=slots)
+        if self.adapters is not None and not self.adapters.fits(adapter):
+            return None
+        ticket = Ticket(tenant, slots=slots, adapter=adapter)
         self._grant(ticket, self._clock())
         return ticket
 
@@ -274,12 +181,16 @@ class FairAdmission:
         """`listener()` runs whenever a request has to wait for a slot."""
         self._wait_listeners.append(listener)
 
-    async def acquire_background(self, tenant: str, slots: int, preempt: Callable[[], None]) -> Ticket:
-        """Waits until `slots` slots are free of live demand (see the class notes), then holds them. `preempt`
-        is called at most once, when a live request needs them back: the holder must then `release`."""
+    async def acquire_background(self, tenant: str, slots: int, preempt: Callable[[], None],
+                                 adapter: str | None = None) -> Ticket:
+        """Waits until `slots` slots are free of live demand (see the class notes) and `adapter` fits, then holds
+        them. `preempt` is called at most once, when a live request needs them back: the holder must then
+        `release`."""
         started = self._clock()
-        ticket = Ticket(tenant, slots=max(1, min(slots, self.max_running)), background=True, preempt=preempt)
-        while not self.background_may_start(ticket.slots):
+        ticket = Ticket(tenant, slots=max(1, min(slots, self.max_running)), adapter=adapter, enqueued_at=started,
+                        background=True, preempt=preempt)
+        while not (self.background_may_start(ticket.slots)
+                   and (self.adapters is None or self.adapters.fits(adapter))):
             if self._total_running == self._background_slots:
                 self._wake_when_quiet()  # waiting only for the quiet period, perhaps
             future: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -294,6 +205,8 @@ class FairAdmission:
         self._background.append(ticket)
         self._background_slots += ticket.slots
         self._total_running += ticket.slots
+        if self.adapters is not None:
+            self.adapters.start(adapter)
         return ticket
 
     def background_may_start(self, slots: int) -> bool:
@@ -346,6 +259,8 @@ class FairAdmission:
         if ticket.released:
             return
         ticket.released = True
+        if self.adapters is not None:
+            self.adapters.stop(ticket.adapter)
         if ticket.background:
             self._background.remove(ticket)
             self._background_slots -= ticket.slots
@@ -374,29 +289,55 @@ class FairAdmission:
         ticket.granted_at = now
         self._running[ticket.tenant] += ticket.slots
         self._total_running += ticket.slots
+        if self.adapters is not None:
+            self.adapters.start(ticket.adapter)
         self._note_demand(ticket.tenant)
 
     def _dispatch(self) -> None:
         """Starts waiters in fair order. When the fairest waiter entitled to start needs more slots than are
         free, the free slots are held for it (`_reserving`) rather than given to smaller requests behind it,
-        which could otherwise keep a many-sequence request waiting forever."""
+        which could otherwise keep a many-sequence request waiting forever; likewise for a waiter overdue for
+        an adapter slot (`AdapterSlots`)."""
         self._reserving = False
         while self.running < self.max_running and self._queue:
             now = self._clock()
             may_start = self._verdicts(now)
-            first = self._queue.peek_first(lambda tenant: may_start(tenant, 1))
-            if first is None:
-                self._wake_when_claims_lapse()
+            entry = self._next(may_start, now)
+            if entry is None:
                 return
-            tenant, (future, ticket) = first
-            if not future.done() and not may_start(tenant, ticket.slots):
-                self._reserving = True
-                return
-            self._queue.pop_head(tenant)
+            _, (future, ticket) = self._queue.take(entry)
             if future.done():  # cancelled; its owner has not run its cleanup yet
                 continue
             self._grant(ticket, now)
             future.set_result(None)
+
+    def _next(self, may_start: Callable[[str, int], bool], now: float) -> Entry | None:
+        """The waiter to start now, in the turn of the fairest tenant that can start one; None when there is
+        none (and `_reserving` set when free slots are held for the fairest)."""
+        heads = self._queue.heads(lambda tenant: may_start(tenant, 1))
+        for turn, head in enumerate(heads):
+            future, ticket = head.item
+            if future.done():
+                return head
+            if not may_start(head.tenant, ticket.slots):
+                if turn == 0:
+                    self._reserving = True
+                    return None
+                continue
+            if self.adapters is None:
+                return head
+            waiting = [e for e in self._queue.window(head.tenant, self.adapters.window) if not e.item[0].done()]
+            chosen = self.adapters.choose([e.item[1] for e in waiting], now)
+            if isinstance(chosen, Overdue):
+                if turn == 0:
+                    self._reserving = True
+                    return None
+                continue
+            if chosen is not None:
+                return waiting[chosen]
+        if not heads:
+            self._wake_when_claims_lapse()
+        return None
 
     def _forget_if_idle(self, tenant: str) -> None:
         """Shares are over tenants with demand; dropping idle ones keeps each verdict O(active tenants), not

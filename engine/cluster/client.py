@@ -158,6 +158,9 @@ class ClusterTiers:
     def release(self, acquired: Acquired) -> None:
         self._client.forget(acquired.adapter.identity)
 
+    async def prefetch(self, manifest: Manifest) -> None:
+        pass  # which replica runs the request is decided when it runs; that replica loads the adapter then
+
     async def evict(self, manifest: Manifest) -> bool:
         return False
 

@@ -191,3 +191,24 @@ async def test_room_is_held_for_a_load_in_flight():
     t.release(await slow)
     assert sorted(t.residency()["cpu"]) == ["b@1", "slow@1"] and engine.cpu == {
         engine.adapter_id(manifest(n).identity) for n in ("b", "slow")}
+
+
+async def test_prefetch_loads_ahead_without_counting_a_hit_or_miss():
+    t, engine, _, events = tiers(max_cpu=2)
+    await t.prefetch(manifest("a"))
+    assert engine.loads == ["a"] and not [e for e in events.log if e[0] in ("hit", "miss") and e[2] != "disk"]
+    await t.prefetch(manifest("a"))  # already in the CPU tier: nothing to do
+    acquired = await t.acquire(manifest("a"))
+    assert acquired.found_in == "cpu" and engine.loads == ["a"]
+    t.release(acquired)
+
+
+async def test_prefetch_evicts_only_an_idle_adapter_nobody_waits_for():
+    t, engine, _, _ = tiers(max_cpu=2)
+    held = await t.acquire(manifest("a"))
+    await t.prefetch(manifest("b"))  # for a waiting request; the tier is full now
+    await t.prefetch(manifest("c"))  # would evict b (prefetched, not yet acquired) or a (in use): skipped
+    assert engine.loads == ["a", "b"]
+    t.release(held)
+    await t.prefetch(manifest("c"))  # a is idle now: it goes, b stays for its request
+    assert engine.loads == ["a", "b", "c"] and (await t.acquire(manifest("b"))).found_in == "cpu"

@@ -1,126 +1,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 
 import pytest
 
-from api.tenancy.admission import FairAdmission, FairQueue, QueueFull
-
-
-def drain(queue: FairQueue, n: int | None = None) -> str:
-    out = []
-    while len(queue) and (n is None or len(out) < n):
-        out.append(queue.pop()[0])
-    return "".join(out)
-
-
-@pytest.mark.parametrize(("pushes", "order"), [
-    # (tenant, weight, count) in push order -> tenants in pop order
-    ([("A", 1, 3), ("B", 1, 3)], "ABABAB"),
-    ([("A", 1, 3), ("B", 1, 3), ("C", 1, 3)], "ABCABCABC"),
-    ([("A", 4, 8), ("B", 1, 2)], "ABAAAABAAA"),
-    ([("A", 2, 4), ("B", 1, 4)], "ABAABABB"),
-    ([("A", 1, 1), ("B", 1, 3)], "ABBB"),
-])
-def test_fair_queue_order(pushes, order):
-    queue: FairQueue[int] = FairQueue()
-    for tenant, weight, count in pushes:
-        for i in range(count):
-            queue.push(tenant, i, weight)
-    assert drain(queue) == order
-
-
-def test_per_tenant_fifo():
-    queue: FairQueue[int] = FairQueue()
-    for i in range(5):
-        queue.push("A", i, 1)
-        queue.push("B", 10 + i, 3)
-    popped = [queue.pop() for _ in range(10)]
-    assert [item for tenant, item in popped if tenant == "A"] == [0, 1, 2, 3, 4]
-    assert [item for tenant, item in popped if tenant == "B"] == [10, 11, 12, 13, 14]
-
-
-def test_weights_give_proportional_shares_by_tenant():
-    queue: FairQueue[None] = FairQueue()
-    for _ in range(400):
-        queue.push("heavy", None, 4)
-        queue.push("light", None, 1)
-    served = Counter(queue.pop()[0] for _ in range(250))
-    assert served == {"heavy": 200, "light": 50}
-
-
-@pytest.mark.parametrize(("already_served", "next_two"), [
-    (0, ["flood", "new"]),  # the flood's head was queued first at the same virtual time
-    (1, ["new", "flood"]),
-    (10, ["new", "flood"]),
-    (99, ["new", "flood"]),
-])
-def test_a_flooding_tenant_cannot_starve_a_newcomer(already_served, next_two):
-    queue: FairQueue[None] = FairQueue()
-    for _ in range(100):
-        queue.push("flood", None, 1)
-    drain(queue, already_served)
-    queue.push("new", None, 1)
-    assert [queue.pop()[0] for _ in range(2)] == next_two
-
-
-def test_an_idle_tenant_banks_no_credit():
-    queue: FairQueue[None] = FairQueue()
-    for _ in range(20):
-        queue.push("busy", None, 1)
-    drain(queue, 10)
-    for _ in range(3):
-        queue.push("idle", None, 1)
-    # the returning tenant shares from now on, instead of taking ten turns in a row
-    assert drain(queue, 6).replace("busy", "b").replace("idle", "i") == "ibibib"
-
-
-def test_cost_scales_the_share():
-    queue: FairQueue[None] = FairQueue()
-    for _ in range(10):
-        queue.push("big", None, 1, cost=3)
-        queue.push("small", None, 1, cost=1)
-    served = Counter(queue.pop()[0] for _ in range(8))
-    assert served == {"big": 2, "small": 6}
-
-
-def test_remove_skips_the_item_and_returns_its_share():
-    queue: FairQueue[str] = FairQueue()
-    a1 = queue.push("A", "a1", 1)
-    queue.push("B", "b1", 1)
-    a2 = queue.push("A", "a2", 1)
-    assert queue.remove(a2) and not queue.remove(a2)
-    assert queue.queued() == {"A": 1, "B": 1} and len(queue) == 2
-    queue.push("A", "a3", 1)  # takes a2's place, not the one after it
-    assert [queue.pop()[1] for _ in range(3)] == ["a1", "b1", "a3"]
-    assert not queue.remove(a1)
-    with pytest.raises(IndexError):
-        queue.pop()
-
-
-@pytest.mark.parametrize(("allowed", "order"), [
-    ({"A", "B"}, "ABAB"),
-    ({"B"}, "BB"),
-    (set(), ""),
-])
-def test_pop_first_keeps_fair_order_among_allowed_tenants(allowed, order):
-    queue: FairQueue[int] = FairQueue()
-    for i in range(2):
-        queue.push("A", i, 1)
-        queue.push("B", i, 1)
-    popped = []
-    while (item := queue.pop_first(lambda tenant: tenant in allowed)) is not None:
-        popped.append(item)
-    assert "".join(t for t, _ in popped) == order
-    assert [i for t, i in popped if t == "B"] == sorted(i for t, i in popped if t == "B")
-    assert len(queue) == 4 - len(order)
-
-
-@pytest.mark.parametrize(("weight", "cost"), [(0, 1), (-1, 1), (1, 0)])
-def test_rejects_non_positive_weight_or_cost(weight, cost):
-    with pytest.raises(ValueError):
-        FairQueue().push("A", None, weight, cost)
+from api.tenancy.admission import FairAdmission, QueueFull
+from api.tenancy.fair_queue import FairQueue
 
 
 class FakeClock:
@@ -424,16 +309,3 @@ async def test_a_request_that_would_wait_too_long_is_refused_at_once():
         admission.release(ticket)
     for task in waiting:
         admission.release(await task)
-
-
-def test_peek_first_then_pop_head_take_the_same_item():
-    q: FairQueue[str] = FairQueue()
-    q.push("A", "a1", 1.0)
-    q.push("B", "b1", 1.0)
-    q.push("A", "a2", 1.0)
-    removed = q.push("B", "b2", 1.0)
-    q.remove(removed)
-    assert q.peek_first(lambda t: t == "B") == ("B", "b1")
-    assert q.pop_head("B") == ("B", "b1")
-    assert q.peek_first(lambda t: True) == ("A", "a1") and len(q) == 2
-    assert q.pop_head("A") == ("A", "a1") and q.queued() == {"A": 1}
