@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_admission  # noqa: E402
 import bench_batch  # noqa: E402
 import bench_cluster  # noqa: E402
 import bench_kernels  # noqa: E402
@@ -101,6 +102,9 @@ SCENARIOS = {
         Scenario("scale", "1,000 registered adapters, 100 active under Zipf(1.1): throughput and TTFT against one "
                  "adapter and the base model, and greedy outputs of a sample against transformers + peft.",
                  on_tiny(bench_scale.run), bench_scale.tables, in_quick=False),
+        Scenario("admission", "Adapter-aware admission on and off, two servers side by side (interleaved rounds): "
+                 "Zipf(1.1) over 64 adapters with max_loras 4 at concurrency 8 and 32, against one adapter and the "
+                 "base model.", on_tiny(bench_admission.run), bench_admission.tables, in_quick=False),
     )
 }
 
@@ -116,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(SmolLM2-135M-Instruct) or mid (a random Llama of hidden 1024, 8 layers, three rank-16 "
                         "adapters on all seven projections, generated for benchmarks); overhead, lora-scaling and "
                         "baseline-hf run on all three, kernels and mixed on tiny and mid, tiers, noisy-neighbour, "
-                        "batch, cluster, state, routing and scale on tiny only")
+                        "batch, cluster, state, routing, scale and admission on tiny only")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "results", help="where JSON and PNG files go (default: docs/results)")
     parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
     parser.add_argument("--report", type=Path, nargs="+", metavar="JSON",

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
-from api.tenancy.adapter_slots import AdapterSlots, Overdue
+from api.tenancy.adapter_slots import AdapterSlots
 from api.tenancy.fair_queue import Entry, FairQueue
 
 _EPS = 1e-9  # shares are fractions of slots; compare them with slot counts with this much slack
@@ -79,8 +79,8 @@ class FairAdmission:
     (and being preempted again) in every gap between them. Background slots count against `max_running` but not
     in any tenant's fair share.
 
-    With `adapters` (api/tenancy/adapter_slots.py), a request whose adapter would exceed the engine's distinct
-    adapters per step waits, and a tenant's turn goes to its waiting request whose adapter is cheapest to run.
+    With `adapters` (api/tenancy/adapter_slots.py), a tenant's turn goes to its waiting request whose adapter
+    is cheapest to run beside the running ones (the engine runs at most `max_loras` distinct adapters a step).
 
     Cancellation-safe: a waiter cancelled before its grant leaves the queue, one cancelled after its
     grant hands the slot on. Single event loop; not thread-safe.
@@ -135,8 +135,7 @@ class FairAdmission:
         self._weights[tenant] = weight
         self._dispatch()  # claims may have lapsed since the last event
         may_start = self._verdicts(started, joining=tenant)
-        if (not self._reserving and not self._queue.queued_of(tenant) and may_start(tenant, ticket.slots)
-                and (self.adapters is None or self.adapters.fits(adapter))):
+        if not self._reserving and not self._queue.queued_of(tenant) and may_start(tenant, ticket.slots):
             self._grant(ticket, started)
             return ticket
         queued = len(self._queue)
@@ -183,14 +182,12 @@ class FairAdmission:
 
     async def acquire_background(self, tenant: str, slots: int, preempt: Callable[[], None],
                                  adapter: str | None = None) -> Ticket:
-        """Waits until `slots` slots are free of live demand (see the class notes) and `adapter` fits, then holds
-        them. `preempt` is called at most once, when a live request needs them back: the holder must then
-        `release`."""
+        """Waits until `slots` slots are free of live demand (see the class notes), then holds them. `preempt`
+        is called at most once, when a live request needs them back: the holder must then `release`."""
         started = self._clock()
         ticket = Ticket(tenant, slots=max(1, min(slots, self.max_running)), adapter=adapter, enqueued_at=started,
                         background=True, preempt=preempt)
-        while not (self.background_may_start(ticket.slots)
-                   and (self.adapters is None or self.adapters.fits(adapter))):
+        while not self.background_may_start(ticket.slots):
             if self._total_running == self._background_slots:
                 self._wake_when_quiet()  # waiting only for the quiet period, perhaps
             future: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -296,8 +293,7 @@ class FairAdmission:
     def _dispatch(self) -> None:
         """Starts waiters in fair order. When the fairest waiter entitled to start needs more slots than are
         free, the free slots are held for it (`_reserving`) rather than given to smaller requests behind it,
-        which could otherwise keep a many-sequence request waiting forever; likewise for a waiter overdue for
-        an adapter slot (`AdapterSlots`)."""
+        which could otherwise keep a many-sequence request waiting forever."""
         self._reserving = False
         while self.running < self.max_running and self._queue:
             now = self._clock()
@@ -312,32 +308,22 @@ class FairAdmission:
             future.set_result(None)
 
     def _next(self, may_start: Callable[[str, int], bool], now: float) -> Entry | None:
-        """The waiter to start now, in the turn of the fairest tenant that can start one; None when there is
+        """The waiter to start now, in the turn of the fairest tenant that may start one; None when there is
         none (and `_reserving` set when free slots are held for the fairest)."""
-        heads = self._queue.heads(lambda tenant: may_start(tenant, 1))
-        for turn, head in enumerate(heads):
-            future, ticket = head.item
-            if future.done():
-                return head
-            if not may_start(head.tenant, ticket.slots):
-                if turn == 0:
-                    self._reserving = True
-                    return None
-                continue
-            if self.adapters is None:
-                return head
-            waiting = [e for e in self._queue.window(head.tenant, self.adapters.window) if not e.item[0].done()]
-            chosen = self.adapters.choose([e.item[1] for e in waiting], now)
-            if isinstance(chosen, Overdue):
-                if turn == 0:
-                    self._reserving = True
-                    return None
-                continue
-            if chosen is not None:
-                return waiting[chosen]
-        if not heads:
+        head = self._queue.first(lambda tenant: may_start(tenant, 1))
+        if head is None:
             self._wake_when_claims_lapse()
-        return None
+            return None
+        future, ticket = head.item
+        if future.done():
+            return head
+        if not may_start(head.tenant, ticket.slots):
+            self._reserving = True
+            return None
+        if self.adapters is None:
+            return head
+        waiting = [e for e in self._queue.window(head.tenant, self.adapters.window) if not e.item[0].done()]
+        return waiting[self.adapters.choose([e.item[1] for e in waiting], now)]
 
     def _forget_if_idle(self, tenant: str) -> None:
         """Shares are over tenants with demand; dropping idle ones keeps each verdict O(active tenants), not

@@ -97,14 +97,12 @@ class AdmissionConfig(_Strict):
                     "any batch work slows live steps); raise it on an accelerator with headroom.")
     adapter_aware: bool = Field(
         default=True,
-        description="Keep the distinct adapters of the running requests within the engine's max_loras (a request "
-                    "with one adapter too many waits here, its adapter prefetched, instead of idling in the engine), "
-                    "and in a tenant's turn start first a request whose adapter already runs or sits in an engine "
-                    "slot. false: admit in arrival order and let the engine skip what does not fit.")
+        description="When requests wait for a slot, start first in a tenant's turn the one whose adapter already "
+                    "runs, else sits in an engine slot, else fits within max_loras. false: each tenant's requests "
+                    "in arrival order.")
     adapter_slot_wait_s: float = Field(
         default=2.0, ge=0,
-        description="With adapter_aware, a request passed over this long for its adapter goes next in its "
-                    "tenant's order; if its adapter does not fit, nothing more starts until an adapter drains.")
+        description="With adapter_aware, a request passed over this long goes next in its tenant's order.")
     batch_quiet_s: float = Field(
         default=2.0, ge=0,
         description="Batch lines take free slots only once no live request has run for this long, so a steady "

@@ -71,20 +71,20 @@ class FairQueue(Generic[T]):
 
     def pop_first(self, eligible: Callable[[str], bool]) -> tuple[str, T] | None:
         """The waiting item with the smallest tag among tenants that `eligible` accepts; None if there is none."""
-        heads = self.heads(eligible)
-        return self._take(heads[0]) if heads else None
+        first = self.first(eligible)
+        return None if first is None else self._take(first)
 
-    def heads(self, eligible: Callable[[str], bool]) -> list[Entry[T]]:
-        """The head of every tenant `eligible` accepts, fairest first. Within a tenant tags only grow, so its
-        head is its fairest item."""
-        found = []
+    def first(self, eligible: Callable[[str], bool]) -> Entry[T] | None:
+        """The item `pop_first(eligible)` would take, left in the queue. Within a tenant tags only grow, so only
+        each tenant's head is a candidate."""
+        best: Entry[T] | None = None
         for tenant in list(self._fifos):
             head = self._live_head(tenant)
             if head is None:
                 del self._fifos[tenant]
-            elif eligible(tenant):
-                found.append(head)
-        return sorted(found)
+            elif (best is None or head < best) and eligible(tenant):
+                best = head
+        return best
 
     def window(self, tenant: str, limit: int) -> list[Entry[T]]:
         """The first `limit` waiting items of `tenant`, in its order."""

@@ -122,18 +122,17 @@ def test_rejects_non_positive_weight_or_cost(weight, cost):
         FairQueue().push("A", None, weight, cost)
 
 
-def test_heads_are_fairest_first_and_skip_removed_items():
+def test_first_is_the_fairest_head_and_skips_removed_items():
     q: FairQueue[str] = FairQueue()
     q.push("A", "a1", 1.0)
     q.push("B", "b1", 1.0)
     q.push("A", "a2", 1.0)
     removed = q.push("B", "b2", 1.0)
     q.remove(removed)
-    assert [e.item for e in q.heads(lambda t: True)] == ["a1", "b1"]
-    assert [e.item for e in q.heads(lambda t: t == "B")] == ["b1"]
+    assert q.first(lambda t: True).item == "a1" and q.first(lambda t: t == "B").item == "b1"
     assert [e.item for e in q.window("A", 5)] == ["a1", "a2"] and q.window("A", 1)[0].item == "a1"
-    assert q.take(q.heads(lambda t: t == "B")[0]) == ("B", "b1")
-    assert q.queued() == {"A": 2} and q.heads(lambda t: t == "B") == []
+    assert q.take(q.first(lambda t: t == "B")) == ("B", "b1")
+    assert q.queued() == {"A": 2} and q.first(lambda t: t == "B") is None
 
 
 @pytest.mark.parametrize(("taken", "then"), [
