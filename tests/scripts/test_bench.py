@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 import bench  # noqa: E402
+import bench_admission  # noqa: E402
 import bench_batch  # noqa: E402
 import bench_cluster  # noqa: E402
 import bench_kernels  # noqa: E402
@@ -25,7 +26,7 @@ from bench_report import markdown_table, replace_section, write_run  # noqa: E40
 
 @pytest.mark.parametrize("argv,expected", [
     ([], ["overhead", "lora-scaling", "tiers", "noisy-neighbour", "baseline-hf", "batch", "cluster", "kernels",
-          "mixed", "state", "routing", "scale"]),
+          "mixed", "state", "routing", "scale", "admission"]),
     (["tiers", "kernels"], ["tiers", "kernels"]),
 ])
 def test_scenarios_parse(argv, expected):
@@ -290,3 +291,21 @@ def test_scale_tables():
     (caption, _, rows), (_, _, exact) = bench_scale.tables(results)
     assert "Zipf / one adapter: 0.40" in caption and rows == [["Zipf over 100 of 1000", 192, 61, 812, 90.0, 700.0]]
     assert exact == [["scale1k-001", "yes"], ["scale1k-002", "NO"]]
+
+
+def test_admission_tables_and_summary():
+    runs = [{"output_tok_s": tok_s, "ttft_p50_ms": 10.0, "ttft_p99_ms": p99, "engine_loads": 3.0}
+            for tok_s, p99 in ((900.0, 40.0), (1100.0, 60.0), (1000.0, 50.0))]
+    summary = bench_admission._summary(runs)
+    assert summary["output_tok_s"] == 1000.0 and summary["output_tok_s_range"] == [900.0, 1100.0]
+    assert summary["ttft_p99_ms"] == 50.0
+    results = {"adapters": 64, "rank": 8, "max_loras": 4, "max_running": 16, "max_tokens": 32, "requests": 192,
+               "rounds": 3, "distinct_in_schedule": 45,
+               "summary": {"aware": {"Zipf, c=32": summary}, "plain": {"Zipf, c=32": summary}},
+               "aware_vs_plain_tok_s_by_round": {"Zipf, c=32": [1.1, 0.9, 1.0]},
+               "goals": {"aware": {"zipf_c8_vs_one_adapter_tok_s": 0.55, "zipf_c8_ttft_p99_vs_base": 7.04}}}
+    (caption, _, rows), (_, _, goals) = bench_admission.tables(results)
+    assert "3 interleaved rounds" in caption
+    assert rows == [["Zipf, c=32", "aware", 1000, "900-1100", 10, 50, 3, "1.10 0.90 1.00"],
+                    ["Zipf, c=32", "plain", 1000, "900-1100", 10, 50, 3, ""]]
+    assert goals == [["aware", "0.55", "7.0"]]
