@@ -135,7 +135,7 @@ class AdapterTiers:
     async def _ensure_loaded(self, manifest: Manifest) -> tuple[LocatedAdapter, str]:
         identity, label = manifest.identity, manifest.label
         adapter_id = self._engine.adapter_id(identity)
-        if self._engine.engine_name(identity) in self._slots:
+        if self._engine.engine_name(identity) in self._slots and adapter_id in self._cpu:
             self._events.cache_hit(label, TIER_ENGINE)
             self._cpu.move_to_end(adapter_id)
             return self._cpu[adapter_id], TIER_ENGINE
@@ -239,6 +239,8 @@ class AdapterTiers:
 
     async def _evict_id(self, adapter_id: int) -> None:
         adapter = self._cpu.pop(adapter_id)
+        # Out of the slot mirror too before the engine is asked: a request arriving meanwhile must load it anew.
+        self._drop_slot(self._engine.engine_name(adapter.identity))
         await self._engine.unload_adapter(adapter_id)
         self._left_cpu(adapter.identity)
 

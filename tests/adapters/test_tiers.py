@@ -212,3 +212,29 @@ async def test_prefetch_evicts_only_an_idle_adapter_nobody_waits_for():
     t.release(held)
     await t.prefetch(manifest("c"))  # a is idle now: it goes, b stays for its request
     assert engine.loads == ["a", "b", "c"] and (await t.acquire(manifest("b"))).found_in == "cpu"
+
+
+async def test_a_request_during_an_eviction_loads_the_adapter_anew():
+    class SlowUnload(Engine):
+        def __init__(self):
+            super().__init__()
+            self.unloading = asyncio.Event()
+            self.go_on = asyncio.Event()
+
+        async def unload_adapter(self, adapter_id: int) -> None:
+            self.unloading.set()
+            await self.go_on.wait()
+            await super().unload_adapter(adapter_id)
+
+    engine = SlowUnload()
+    t = AdapterTiers(engine, Disk(), lambda m, p: None, Events(), max_loras=1, max_cpu_loras=2)
+    first = await t.acquire(manifest("a"))
+    t.on_step({engine.engine_name(first.adapter.identity): 1})  # a holds the engine slot
+    t.release(first)
+    eviction = asyncio.create_task(t.evict(manifest("a")))
+    await engine.unloading.wait()
+    again = asyncio.create_task(t.acquire(manifest("a")))  # a is leaving: neither in a slot nor in the CPU tier
+    await asyncio.sleep(0)
+    engine.go_on.set()
+    assert await eviction
+    assert (await again).found_in == "disk" and engine.loads == ["a", "a"]
