@@ -157,6 +157,22 @@ def running(cmd: list[str], port: int, log_path: Path, ready_path: str = "/v1/mo
     """Starts a server, waits until `ready_path` answers 200, yields its base URL, stops it (SIGTERM).
     With a tenants file, loraplex's /v1/models wants a key: use /ready (vLLM's server has no /ready).
     `env` adds to this process's environment."""
+    with running_process(cmd, port, log_path, ready_path, env) as (base, _):
+        yield base
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of one process (not its children: the engine core and workers)."""
+    import psutil
+
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+@contextlib.contextmanager
+def running_process(cmd: list[str], port: int, log_path: Path, ready_path: str = "/v1/models",
+                    env: dict | None = None):
+    """`running`, yielding the base URL and the server's process."""
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB), **(env or {})}
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log:
@@ -173,7 +189,7 @@ def running(cmd: list[str], port: int, log_path: Path, ready_path: str = "/v1/mo
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"server not ready in {START_TIMEOUT_S} s; log: {log_path}")
                 time.sleep(1)
-            yield base
+            yield base, proc
         finally:
             proc.send_signal(signal.SIGTERM)
             try:

@@ -278,9 +278,11 @@ def test_cluster_tables_show_the_hop_against_the_single_process_server():
 def test_overhead_table_lists_every_rounds_ratio():
     summary = {"concurrency": 8, "loraplex_tok_s": 990.4, "vllm_tok_s": 1000.0, "throughput_ratio": 0.9904,
                "round_ratios": [0.95, 1.02, 1.0], **{f"{m}_{p}_diff_ms": 1.25 for m in ("ttft", "tpot")
-                                                     for p in ("median", "p99")}}
+                                                     for p in ("median", "p99")},
+               "loraplex_api_cpu_ms_per_token": 0.5, "vllm_api_cpu_ms_per_token": 0.25}
     headers, [row] = bench_serving.overhead_table({"summary": [summary]})
     assert headers[4] == "ratio per round" and row[:5] == [8, 990, 1000, 0.99, "0.95 / 1.02 / 1.00"]
+    assert row[9] == "0.50 / 0.25"
 
 
 def test_scale_tables():
