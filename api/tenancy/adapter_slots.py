@@ -6,8 +6,8 @@ slot taken), the one that starts in its tenant's turn is the first whose adapter
 at no cost), else one whose adapter is still in an engine slot, else one that fits within `max_loras`, else the
 head. A request passed over for `max_wait_s` goes next in its tenant's order whatever its adapter, so no adapter
 waits for ever behind popular ones. Nothing is held back while slots are free: a request whose adapter does not
-fit yet still goes to the engine, where it waits loaded and starts at the first step with room (measured:
-holding such requests back in admission instead cost 10-15% throughput, `scripts/bench_admission.py`).
+fit yet still goes to the engine, where it waits loaded and starts at the first step with room (holding such
+requests back in admission instead was slower in two rounds of three, `scripts/bench_admission.py`).
 """
 
 from __future__ import annotations

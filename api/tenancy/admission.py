@@ -11,8 +11,8 @@ import asyncio
 import math
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from api.tenancy.adapter_slots import AdapterSlots
 from api.tenancy.fair_queue import Entry, FairQueue

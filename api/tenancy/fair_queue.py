@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Generic, TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 

@@ -7,6 +7,7 @@ import pytest
 
 from api.tenancy.adapter_slots import AdapterSlots
 from api.tenancy.admission import FairAdmission
+from tests.api.tenancy.admission_clock import FakeClock, settle_tasks
 
 
 @dataclass
@@ -54,19 +55,6 @@ def test_rejects_bad_sizes(args):
     max_loras, max_wait_s, window = args
     with pytest.raises(ValueError):
         AdapterSlots(max_loras, max_wait_s=max_wait_s, window=window)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-async def settle_tasks() -> None:
-    for _ in range(5):
-        await asyncio.sleep(0)
 
 
 def aware(max_running: int = 4, max_loras: int = 2, clock: FakeClock | None = None) -> FairAdmission:

@@ -5,20 +5,7 @@ import asyncio
 import pytest
 
 from api.tenancy.admission import FairAdmission, QueueFull
-from api.tenancy.fair_queue import FairQueue
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-async def settle_tasks() -> None:
-    for _ in range(5):
-        await asyncio.sleep(0)
+from tests.api.tenancy.admission_clock import FakeClock, settle_tasks
 
 
 async def test_free_slots_are_granted_at_once():
