@@ -7,7 +7,9 @@ One loraplex server (the tiny demo, 32 engine sequences, no tenants file). Two p
    and the base model in turn); a request's TTFT is to its first streamed chunk. In the `with batch` phase a
    batch of far more lines than the phase can finish (32 output tokens each) holds every engine slot before
    the first live request; it is cancelled, and its cancel awaited, after the phase. Reported: live TTFT p50/p95/p99 of
-   each condition over all rounds, and the batch lines finished and preempted while live traffic ran.
+   each condition over all rounds, the same without each phase's first request (beside a batch, the one that
+   preempts it and waits for the batch step in flight) with those first requests' TTFTs, and the batch lines
+   finished and preempted while live traffic ran.
 2. Idle throughput: the same prompts (64 output tokens each, `ignore_eos`) sent live with concurrency 32 (the
    batch runner's default `batch_max_running_lines`) and as one batch, interleaved over rounds, each started on a
    server idle for `admission.batch_quiet_s` (2 s: batch lines wait that long after live traffic). Batch time runs
@@ -87,7 +89,7 @@ async def _live_phase(client: httpx.AsyncClient, models: list[str], count: int) 
 
 async def _ttft_part(client: httpx.AsyncClient, models: list[str], rounds: int, per_phase: int) -> dict:
     alone: list[float] = []
-    beside: list[float] = []
+    beside: list[float] = []  # phase after phase, each in arrival order
     lines_done, preempted = 0, 0.0
     for r in range(rounds):
         alone += await _live_phase(client, models, per_phase)
@@ -109,9 +111,16 @@ async def _ttft_part(client: httpx.AsyncClient, models: list[str], rounds: int, 
     def stats(values: list[float]) -> dict:
         return {"requests": len(values), **{f"ttft_p{q}_ms": percentile_ms(values, q) for q in (50, 95, 99)}}
 
+    def after_first(values: list[float]) -> list[float]:
+        """Without each phase's first request: beside a batch, the one that preempts it."""
+        return [v for i, v in enumerate(values) if i % per_phase]
+
     return {"alone": stats(alone), "with_batch": stats(beside), "batch_lines_done_during_live": lines_done,
             "batch_preemptions_during_live": preempted,
-            "p95_with_vs_alone": percentile_ms(beside, 95) / percentile_ms(alone, 95)}
+            "p95_with_vs_alone": percentile_ms(beside, 95) / percentile_ms(alone, 95),
+            "alone_after_first": stats(after_first(alone)), "with_batch_after_first": stats(after_first(beside)),
+            "first_of_phase_with_batch_ms": [round(v * 1000, 1) for v in beside[::per_phase]],
+            "first_of_phase_alone_ms": [round(v * 1000, 1) for v in alone[::per_phase]]}
 
 
 async def _throughput_part(client: httpx.AsyncClient, models: list[str], rounds: int, prompts: int) -> dict:
@@ -176,8 +185,11 @@ def _ms(value: float | None):
 
 def tables(results: dict):
     t = results["ttft"]
+    conditions = [("live alone", "alone"), ("live beside a running batch", "with_batch"),
+                  ("live alone, each phase's first request left out", "alone_after_first"),
+                  ("beside a batch, the request that preempts it left out", "with_batch_after_first")]
     ttft_rows = [[name, t[key]["requests"], *(_ms(t[key][f"ttft_p{q}_ms"]) for q in (50, 95, 99))]
-                 for name, key in (("live alone", "alone"), ("live beside a running batch", "with_batch"))]
+                 for name, key in conditions if key in t]
     tp = results["throughput"]
     return [
         (f"Live TTFT, {results['live_rate_per_s']:g} requests/s of {results['live_tokens']} tokens, "

@@ -311,3 +311,13 @@ def test_admission_tables_and_summary():
     assert rows == [["Zipf, c=32", "aware", 1000, "900-1100", 10, 50, 3, "1.10 0.90 1.00"],
                     ["Zipf, c=32", "plain", 1000, "900-1100", 10, 50, 3, ""]]
     assert goals == [["aware", "0.55", "7.0"]]
+
+
+def test_batch_tables_show_the_phases_without_their_first_request():
+    t = dict(BATCH_FIXTURE["ttft"])
+    t["alone_after_first"] = {"requests": 30, "ttft_p50_ms": 20.0, "ttft_p95_ms": 39.0, "ttft_p99_ms": 45.0}
+    t["with_batch_after_first"] = {"requests": 30, "ttft_p50_ms": 21.0, "ttft_p95_ms": 40.0, "ttft_p99_ms": 46.0}
+    (_, _, ttft), _ = bench_batch.tables({**BATCH_FIXTURE, "ttft": t})
+    assert [row[0] for row in ttft[2:]] == ["live alone, each phase's first request left out",
+                                             "beside a batch, the request that preempts it left out"]
+    assert ttft[3][1:] == [30, 21, 40, 46]
