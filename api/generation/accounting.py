@@ -170,8 +170,9 @@ class Accounts:
                                  cost_per_token=lambda: self._meter.usd_per_token)
         account.price_of = lambda p, c: self._prices.price(caller.tenant, account.model, p, c)
         self._in_flight.inc()
-        account.cleanups.append(lambda a: self._in_flight.dec())
         self._lifecycle.enter()
-        # After the record: shutdown waits for the drain count to reach zero before it closes the ledger.
+        # After the record: a request stops counting as in flight once its outcome is in the metrics and the
+        # ledger, and shutdown waits for the drain count to reach zero before it closes the ledger.
+        account.after_record.append(self._in_flight.dec)
         account.after_record.append(self._lifecycle.leave)
         return account

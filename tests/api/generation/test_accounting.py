@@ -6,9 +6,14 @@ import asyncio
 import threading
 
 import pytest
+from prometheus_client import CollectorRegistry, Gauge
 
+from api.auth import Caller
 from api.errors import OpenAIError
-from api.generation.accounting import OutcomeSink, RequestAccount, closes_on_failure, failure_status
+from api.generation.accounting import Accounts, OutcomeSink, RequestAccount, closes_on_failure, failure_status
+from api.lifecycle import Lifecycle
+from api.tenancy.config import TenancyConfig
+from api.tenancy.pricing import ComputeMeter, PriceTable
 
 
 @pytest.mark.parametrize(("error", "status"), [
@@ -74,3 +79,24 @@ def test_queued_work_is_billed_only_for_its_successful_attempt(billing_key, stat
     acc = RequestAccount(OutcomeSink([]), "attempt-2", billing_key=billing_key, price_of=lambda p, c: 5.0)
     outcome = acc.finish(status)
     assert (outcome.request_id, outcome.billing, outcome.price_usd) == (request_id, billing, 5.0)
+
+
+async def test_a_request_counts_in_flight_until_its_outcome_is_recorded():
+    registry = CollectorRegistry()
+    in_flight = Gauge("in_flight", "", registry=registry)
+    recording, go_on = threading.Event(), threading.Event()
+
+    def slow_record(outcome, finish) -> None:
+        recording.set()
+        go_on.wait(10)
+
+    tenancy = TenancyConfig.open_default()
+    accounts = Accounts(OutcomeSink([slow_record]), tenancy, PriceTable(tenancy), ComputeMeter(0.0), in_flight,
+                        Lifecycle())
+    acc = accounts.open("r1", Caller("default"))
+    closing = asyncio.create_task(acc.close(499))
+    await asyncio.to_thread(recording.wait, 10)
+    assert registry.get_sample_value("in_flight") == 1  # the outcome is not in the metrics and the ledger yet
+    go_on.set()
+    await closing
+    assert registry.get_sample_value("in_flight") == 0
