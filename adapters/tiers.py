@@ -135,7 +135,7 @@ class AdapterTiers:
     async def _ensure_loaded(self, manifest: Manifest) -> tuple[LocatedAdapter, str]:
         identity, label = manifest.identity, manifest.label
         adapter_id = self._engine.adapter_id(identity)
-        if self._engine.engine_name(identity) in self._slots and adapter_id in self._cpu:
+        if self._engine.engine_name(identity) in self._slots:
             self._events.cache_hit(label, TIER_ENGINE)
             self._cpu.move_to_end(adapter_id)
             return self._cpu[adapter_id], TIER_ENGINE
