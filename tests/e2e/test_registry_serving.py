@@ -137,42 +137,44 @@ async def test_200_adapters_through_two_slots(server, acme, registry, template, 
 
 
 async def test_when_every_slot_is_taken_a_request_whose_adapter_runs_starts_first(
-        server, acme, tokenizer, hf_reference, adapter_dirs, metrics_text):
-    """32 long sql-helper streams fill the session engine's 32 slots. A poet request waits, then a sql-helper
-    one. The slot one stream's client gives up goes to sql-helper, whose adapter runs (adapter-aware admission),
+        server, acme, keys, tokenizer, hf_reference, adapter_dirs):
+    """32 long sql-helper requests fill the session engine's 32 slots. A poet request waits, then a sql-helper
+    one. The slot one holder's client gives up goes to sql-helper, whose adapter runs (adapter-aware admission),
     the next one to poet; both answer as HF + peft does."""
     ids = tokenizer.encode("the river runs to the sea", add_special_tokens=False)
 
-    def queued() -> float:
-        families = text_string_to_metric_families(metrics_text("loraplex_admission_queued_requests"))
-        return sum(s.value for family in families for s in family.samples)
+    async def admission(client: httpx.AsyncClient, state: str) -> float:
+        """loraplex_admission_<state>_requests, all tenants; read without blocking the holders' event loop."""
+        name = f"loraplex_admission_{state}_requests"
+        page = await client.get("/metrics", headers=keys.metrics_headers, params=[("name[]", name)])
+        return sum(s.value for family in text_string_to_metric_families(page.text) for s in family.samples)
 
-    async def until_queued(n: int) -> None:
+    async def until(client: httpx.AsyncClient, state: str, n: int, holders: list[asyncio.Task]) -> None:
         deadline = asyncio.get_running_loop().time() + 60
-        while queued() != n:
-            assert not any(s.done() for s in streams[2:]), "a stream ended before its slot was given up"
-            assert asyncio.get_running_loop().time() < deadline, f"never {n} queued"
+        while await admission(client, state) != n:
+            assert not any(h.done() for h in holders), "a holder ended before its slot was given up"
+            assert asyncio.get_running_loop().time() < deadline, f"never {n} {state}"
             await asyncio.sleep(0.02)
 
     async with httpx.AsyncClient(base_url=server, headers=acme, timeout=300) as client:
-        started = [asyncio.Event() for _ in range(32)]
-        streams = [asyncio.create_task(_stream(client, _body("sql-helper", ids, True, max_tokens=1000), event))
-                   for event in started]
-        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 120)
-        waiting = {}
-        for n, model in enumerate(("poet", "sql-helper"), start=1):
-            waiting[model] = asyncio.create_task(client.post("/v1/completions", json=_body(model, ids, False)))
-            await until_queued(n)
+        # Not streamed: the test reads nothing while they run, and a cancelled one's client leaves at once.
+        holders = [asyncio.create_task(client.post("/v1/completions", json=_body("sql-helper", ids, False, 1000)))
+                   for _ in range(32)]
         try:
-            streams[0].cancel()  # one slot frees
+            await until(client, "running", 32, holders)
+            waiting = {}
+            for n, model in enumerate(("poet", "sql-helper"), start=1):
+                waiting[model] = asyncio.create_task(client.post("/v1/completions", json=_body(model, ids, False)))
+                await until(client, "queued", n, holders)
+            holders[0].cancel()  # one slot frees
             sql = await asyncio.wait_for(waiting["sql-helper"], 60)
             assert not waiting["poet"].done()
-            streams[1].cancel()
+            holders[1].cancel()
             poet = await asyncio.wait_for(waiting["poet"], 60)
         finally:
-            for stream in streams:
-                stream.cancel()
-            await asyncio.gather(*streams, return_exceptions=True)
+            for holder in holders:
+                holder.cancel()
+            await asyncio.gather(*holders, return_exceptions=True)
     for model, response in (("sql-helper", sql), ("poet", poet)):
         assert response.status_code == 200, response.text
         expected = hf_reference.greedy(adapter_dirs[model], ids, MAX_TOKENS)
