@@ -1,6 +1,6 @@
 """Reliability runs against a real `loraplex serve` on loopback: a long soak at part load, and overload.
 
-    python scripts/soak.py soak --minutes 20 --load 0.6      # RSS, open fds, p99 flat; every request billed
+    python scripts/soak.py soak --minutes 90 --load 0.6      # RSS, open fds, TTFT p95 per 10-minute window; billing
     python scripts/soak.py overload --seconds 90 --load 2.0  # beyond capacity: only 429/503 + Retry-After
     python scripts/soak.py overload --admission max_running=16 --admission max_queue_wait_s=0.25
 
@@ -188,6 +188,28 @@ def sample(t_s: float, server_pid: int, window: list[Result]) -> Sample:
                   percentile_ms(served, 50), percentile_ms(served, 99), percentile_ms(ttfts, 95), statuses)
 
 
+def windows(results: list[Result], samples: list[Sample], window_s: float) -> list[dict]:
+    """The run in windows of `window_s` (by when requests were sent): RSS and open fds at the window's last sample
+    and at its highest, requests, and the TTFT p95 of the requests it served."""
+    if not results:
+        return []
+    origin = min(r.sent_at for r in results)
+    out = []
+    for k in range(int(max(s.t_s for s in samples) // window_s) + 1):
+        lo, hi = k * window_s, (k + 1) * window_s
+        sent = [r for r in results if lo <= r.sent_at - origin < hi]
+        taken = [s for s in samples if lo < s.t_s <= hi] or [s for s in samples if s.t_s > lo][:1]
+        if not sent or not taken:
+            continue
+        ttfts = [r.ttft_s for r in sent if r.status == 200 and r.ttft_s is not None]
+        out.append({"minutes": [round(lo / 60, 1), round(hi / 60, 1)], "requests": len(sent),
+                    "served": sum(1 for r in sent if r.status == 200),
+                    "rss_mib_last": taken[-1].rss_mib, "rss_mib_max": max(s.rss_mib for s in taken),
+                    "open_fds_last": taken[-1].open_fds, "open_fds_max": max(s.open_fds for s in taken),
+                    "ttft_p95_ms": percentile_ms(ttfts, 95)})
+    return out
+
+
 def ledger_ids(path: Path) -> set[str]:
     db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
     try:
@@ -243,6 +265,7 @@ def summarize(mode: str, args: argparse.Namespace, cap: float, rate: float, resu
         "e2e_p99_ms_first_last_quarter": [
             statistics.median([s.p99_ms for s in q if s.p99_ms is not None] or [0])
             for q in (steady[: max(1, len(steady) // 4)], steady[-max(1, len(steady) // 4):])],
+        "windows": windows(results, samples, args.window_minutes * 60),
         "samples": [asdict(s) for s in samples],
     }
 
@@ -254,6 +277,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=90.0, help="overload duration (default %(default)s)")
     parser.add_argument("--load", type=float, default=None, help="offered load as a multiple of the measured "
                         "capacity (default 0.6 for soak, 2.0 for overload)")
+    parser.add_argument("--window-minutes", type=float, default=10.0, help="the summary's windows: RSS, open fds "
+                        "and TTFT p95 per window (default %(default)s)")
     parser.add_argument("--concurrency", type=int, default=16, help="closed-loop clients when measuring capacity")
     parser.add_argument("--calibrate-s", type=float, default=30.0, help="seconds of capacity measurement")
     parser.add_argument("--admission", type=admission_setting, action="append", default=[], metavar="NAME=VALUE",
@@ -293,7 +318,12 @@ def main() -> None:
     out.write_text(json.dumps(summary, indent=2) + "\n")
     plot(samples, f"{args.mode}: {load:g} x capacity ({cap:.1f} req/s), {seconds / 60:.0f} min",
          out.with_suffix(".png"))
-    print(json.dumps({k: v for k, v in summary.items() if k not in ("samples", "p99_ms_by_window")}, indent=2))
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("samples", "p99_ms_by_window", "windows")},
+                     indent=2))
+    for w in summary["windows"]:
+        say(f"minutes {w['minutes'][0]:g}-{w['minutes'][1]:g}: RSS {w['rss_mib_last']:.0f} MiB (max "
+            f"{w['rss_mib_max']:.0f}), fds {w['open_fds_last']} (max {w['open_fds_max']}), {w['served']}/"
+            f"{w['requests']} served, TTFT p95 {w['ttft_p95_ms']} ms")
     say(f"wrote {out} and {out.with_suffix('.png')}")
 
 

@@ -390,7 +390,7 @@ def smollm2_assets(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def smollm2_server(smollm2_assets) -> str:
+def smollm2_process(smollm2_assets):
     """A second real server, on SmolLM2 with its three adapters in three engine slots, open (no tenants): started for
     the module that asks for it and stopped when that module is done, so it never runs beside other heavy work for
     long. The session's tiny server is not stopped: a restart costs more than it idles."""
@@ -403,9 +403,14 @@ def smollm2_server(smollm2_assets) -> str:
             "--max-loras", "3", "--max-cpu-loras", "4", "--drain-timeout-s", "10"]
     process = ServerProcess(argv, env, log_path)
     process.start()
-    yield process.url
+    yield process
     if process.proc.poll() is None:
         process.stop()
+
+
+@pytest.fixture(scope="module")
+def smollm2_server(smollm2_process) -> str:
+    return smollm2_process.url
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,10 @@ import io
 import json
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from tests.conftest import EXTRA_ADAPTER
+from tests.engine_gate import EngineGate, wait_until
 
 
 def jsonl(lines: list[dict]) -> io.BytesIO:
@@ -62,30 +64,30 @@ def test_a_batch_over_mixed_adapters_answers_as_live_requests_do(openai_client, 
                 live.usage.prompt_tokens, live.usage.completion_tokens)
 
 
-def test_live_requests_take_slots_back_from_a_running_batch(openai_client, base_model_id, metrics_text):
+def test_live_requests_take_slots_back_from_a_running_batch(openai_client, server_process, base_model_id,
+                                                            metrics_text):
     def preemptions() -> float:
         found = re.search(r"^loraplex_batch_preemptions_total (\S+)$", metrics_text(), re.M)
         return float(found.group(1)) if found else 0.0
 
     before = preemptions()
-    # Long lines: the batch must still be running when a scrape looks (64 tokens ran out between two scrapes once).
     lines = [{"custom_id": f"long-{i}", "method": "POST", "url": "/v1/completions",
-              "body": {"model": base_model_id, "prompt": f"line {i}", "max_tokens": 512, "ignore_eos": True}}
+              "body": {"model": base_model_id, "prompt": f"line {i}", "max_tokens": 64, "ignore_eos": True}}
              for i in range(24)]
-    batch = openai_client.batches.create(
-        input_file_id=openai_client.files.create(file=("long.jsonl", jsonl(lines)), purpose="batch").id,
-        endpoint="/v1/completions", completion_window="24h")
-    deadline = time.monotonic() + 60
-    running = ("loraplex_batch_running_lines", "loraplex_engine_running_requests")
-    while not re.search(r"^loraplex_(batch_running_lines|engine_running_requests) [1-9]", metrics_text(*running),
-                        re.M):
-        assert time.monotonic() < deadline, "the batch never started running"
-        time.sleep(0.05)
-    # ignore_eos: beside the batch's sequences a near-tie may pick the random tiny model's EOS (3 tokens, once).
-    live = openai_client.completions.create(model=base_model_id, prompt="live", max_tokens=4,
-                                            extra_body={"ignore_eos": True})
-    assert live.usage.completion_tokens == 4
-    assert preemptions() > before
+    # The engine is held until the live request has preempted: the batch is still running when it arrives, by
+    # construction.
+    with ThreadPoolExecutor(1) as pool:
+        with EngineGate.of(server_process.proc.pid):
+            batch = openai_client.batches.create(
+                input_file_id=openai_client.files.create(file=("long.jsonl", jsonl(lines)), purpose="batch").id,
+                endpoint="/v1/completions", completion_window="24h")
+            wait_until(lambda: re.search(r"^loraplex_batch_running_lines [1-9]",
+                                         metrics_text("loraplex_batch_running_lines"), re.M), "the batch running")
+            # ignore_eos: beside the batch's sequences a near-tie may pick the random tiny model's EOS.
+            live = pool.submit(openai_client.completions.create, model=base_model_id, prompt="live", max_tokens=4,
+                               extra_body={"ignore_eos": True})
+            wait_until(lambda: preemptions() > before, "a batch line preempted for the live request")
+        assert live.result().usage.completion_tokens == 4
     done = wait_final(openai_client, batch.id)
     assert done.status == "completed" and done.request_counts.completed == 24
     assert re.search(r'^loraplex_batches\{status="completed"\} [1-9]', metrics_text(), re.M)

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from tests.conftest import ARTIFACTS, EXTRA_ADAPTER, TINY, ServerProcess, _alive, _descendants
+from tests.engine_gate import EngineGate, StreamReader, wait_until
 from tests.otlp import OtlpCollector
 
 MAX_TOKENS = 16
@@ -139,17 +140,25 @@ def test_a_hot_adapter_spreads_over_replicas(cluster, keys, acme):
     assert _complete(cluster.url, acme, "support-bot").status_code == 200
     before = _status(cluster, keys)
     assert len(_holders(before, "support-bot@1")) == 1
+    assert len(before["replicas"]) == 2, "both replicas have served (the greedy test sends to each)"
+    routed_before = sum(_requests_by_replica(before).values())
 
     def stream(_) -> int:
-        with httpx.stream("POST", f"{cluster.url}/v1/completions", headers=acme, timeout=120,
-                          json={"model": "support-bot", "prompt": PROMPT, "max_tokens": 512, "ignore_eos": True,
+        with httpx.stream("POST", f"{cluster.url}/v1/completions", headers=acme, timeout=300,
+                          json={"model": "support-bot", "prompt": PROMPT, "max_tokens": 32, "ignore_eos": True,
                                 "stream": True}) as response:
             for _line in response.iter_lines():
                 pass
             return response.status_code
 
+    # Both engines held while the 8 are routed: all 8 are ongoing at once, whatever the machine's speed.
+    gate = EngineGate([pid for r in before["replicas"] for pid in _descendants(r["pid"])])
     with ThreadPoolExecutor(8) as pool:
-        assert list(pool.map(stream, range(8))) == [200] * 8
+        with gate:
+            futures = [pool.submit(stream, i) for i in range(8)]
+            wait_until(lambda: sum(_requests_by_replica(_status(cluster, keys)).values()) == routed_before + 8,
+                       "all 8 routed")
+        assert [f.result() for f in futures] == [200] * 8
     after = _status(cluster, keys)
     assert len(after["replicas"]) == 2
     # More than --affinity-max-ongoing (2) at once on its holder: the other replica loaded it and took some.
@@ -170,16 +179,23 @@ def _replica_report(cluster, keys, replica_id: str) -> dict:
     return next(r for r in _status(cluster, keys)["replicas"] if r["replica_id"] == replica_id)
 
 
-def test_a_dropped_stream_is_aborted_on_its_replica(cluster, keys, acme):
-    long_tokens = 1000  # an idle replica generates 450 or more a second: the abort must come first
+def test_a_dropped_stream_is_aborted_on_its_replica(cluster, collector, keys, acme):
     # An adapter only the first test used, so it has one holder (the others may have spread by now).
     assert _complete(cluster.url, acme, EXTRA_ADAPTER, max_tokens=1).status_code == 200
     (holder,) = _holders(_status(cluster, keys), f"{EXTRA_ADAPTER}@1")
-    before = _replica_report(cluster, keys, holder)["generation_tokens"]
-    with httpx.stream("POST", f"{cluster.url}/v1/completions", headers=acme, timeout=120,
-                      json={"model": EXTRA_ADAPTER, "prompt": PROMPT, "max_tokens": long_tokens, "ignore_eos": True,
-                            "stream": True}) as response:
-        _read_until_first_chunk(response.iter_lines())
+    report = _replica_report(cluster, keys, holder)
+    before = report["generation_tokens"]
+    request_id = f"dropped-{uuid.uuid4().hex}"
+    # The holder's engine is held while the client goes and the cancellation crosses the Ray hop, so the abort
+    # reaches it mid-stream by construction.
+    with EngineGate.of(report["pid"]) as gate:
+        stream = StreamReader(f"{cluster.url}/v1/completions", {**acme, "X-Request-Id": request_id},
+                              {"model": EXTRA_ADAPTER, "prompt": PROMPT, "max_tokens": 1000, "ignore_eos": True,
+                               "stream": True})
+        gate.pulse_until(lambda: bool(stream.chunks))
+        stream.drop()
+        # The replica's span ends when its generate call is cancelled, after the engine was told to abort.
+        wait_until(lambda: _replica_span(collector, request_id) is not None, "the replica's call ended")
     # Each probe is routed to the holder (affinity) and brings back its report from when it left: the calls still in
     # progress on the replica.
     deadline = time.monotonic() + 60
@@ -190,37 +206,38 @@ def test_a_dropped_stream_is_aborted_on_its_replica(cluster, keys, acme):
             break
         assert time.monotonic() < deadline, "the dropped stream is still running on its replica"
     probes_and_stream = report["generation_tokens"] - before
-    assert probes_and_stream < long_tokens, "the engine generated the whole dropped stream"
+    assert probes_and_stream < 1000, "the engine generated the whole dropped stream"
 
 
-def _read_until_first_chunk(lines) -> dict:
-    for line in lines:
-        if line.startswith("data: "):
-            return json.loads(line[len("data: "):])
-    raise AssertionError("the stream ended before its first chunk")
+def _replica_span(collector, request_id: str):
+    """The replica's span of the request the server knows as `request_id` (its X-Request-Id), once exported."""
+    spans = collector.spans()
+    traces = {span.trace_id for service, span in spans if service == "loraplex" and span.name == "engine.generate"
+              and _attributes(span).get("request_id") == request_id}
+    return next((span for service, span in spans if service == "loraplex-replica" and span.name == "replica.generate"
+                 and span.trace_id in traces), None)
 
 
 def test_a_replica_killed_mid_stream(cluster, keys):
     solo = keys.headers("solo")  # max_concurrent 1: the killed stream's reservation must come back
     killed_id = f"kill-{uuid.uuid4().hex}"
-    # The victim is chosen before the stream (affinity sends poet to its one holder), so the kill follows the first
-    # chunk at once: an idle replica generates the 1000 tokens in a few seconds. A wrong victim would let the stream
-    # end normally, which fails below.
+    # The victim is chosen before the stream (affinity sends poet to its one holder); its engine is held from
+    # before the stream to the kill, so the kill lands mid-stream by construction. A wrong victim would let the
+    # stream end normally, which fails below.
     assert _complete(cluster.url, solo, "poet", max_tokens=1).status_code == 200  # resident on one replica
     (holder,) = _holders(_status(cluster, keys), "poet@1")
     victim = _replica_report(cluster, keys, holder)
     engine_processes = _descendants(victim["pid"])
     assert engine_processes, "the replica's vLLM engine core runs in a child process"
-    with httpx.stream("POST", f"{cluster.url}/v1/completions", timeout=120,
-                      headers={**solo, "X-Request-Id": killed_id},
-                      json={"model": "poet", "prompt": PROMPT, "max_tokens": 1000, "ignore_eos": True,
-                            "stream": True}) as response:
-        lines = response.iter_lines()
-        _read_until_first_chunk(lines)
+    with EngineGate(engine_processes) as gate:
+        stream = StreamReader(f"{cluster.url}/v1/completions", {**solo, "X-Request-Id": killed_id},
+                              {"model": "poet", "prompt": PROMPT, "max_tokens": 1000, "ignore_eos": True,
+                               "stream": True})
+        gate.pulse_until(lambda: bool(stream.chunks))
         os.kill(victim["pid"], signal.SIGKILL)
-        rest = [line for line in lines if line.startswith("data: ")]
-    assert rest[-1] == "data: [DONE]"
-    error = json.loads(rest[-2][len("data: "):])
+    stream.join()  # released: the engine processes may see their replica gone and exit
+    assert stream.events[-1] == "[DONE]"
+    error = json.loads(stream.events[-2])
     assert set(error) == {"error"} and set(error["error"]) == {"message", "type", "param", "code"}
     assert error["error"]["code"] == "engine_error"
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import time
+import json
 from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.engine_gate import EngineGate
 
 PROMPTS = [
     "Hello world, the quick brown fox",
@@ -15,8 +18,7 @@ PROMPTS = [
     "Please write a poem about a river and a mountain.",
 ]
 MAX_TOKENS = 24
-# Long enough that all 18 streams of a mixed batch are in the engine together, even on a starved runner.
-MIXED_MAX_TOKENS = 128  # long enough that the batch overlaps even when the engine outpaces the client sending it
+MIXED_MAX_TOKENS = 32
 
 
 def _completion_body(model: str, prompt_ids: list[int], stream: bool = False, max_tokens: int = MAX_TOKENS) -> dict:
@@ -53,26 +55,28 @@ def test_each_model_alone_matches_hf(server, acme, hf_reference, tokenizer, base
                 assert 0 <= usage["prompt_tokens_details"]["cached_tokens"] <= len(ids)
 
 
-async def _stream_tokens(client: httpx.AsyncClient, body: dict) -> tuple[list[int], float, float]:
-    """Token ids of one streamed completion, the time its first token came and the time it finished."""
-    tokens, first, last = [], None, None
+async def _stream_tokens(client: httpx.AsyncClient, body: dict) -> list[int]:
+    """Token ids of one streamed completion."""
+    tokens = []
     async with client.stream("POST", "/v1/completions", json=body) as response:
         assert response.status_code == 200
         async for line in response.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            import json
-
-            chunk = json.loads(line[len("data: "):])
-            for choice in chunk["choices"]:
+            for choice in json.loads(line[len("data: "):])["choices"]:
                 tokens.extend(choice.get("token_ids") or [])
-                first = first or time.monotonic()
-            last = time.monotonic()
-    return tokens, first, last
+    return tokens
+
+
+async def _unfinished(client: httpx.AsyncClient, keys) -> float:
+    name = "loraplex_engine_unfinished_requests"
+    page = await client.get("/metrics", headers=keys.metrics_headers, params=[("name[]", name)])
+    return sum(s.value for family in text_string_to_metric_families(page.text) for s in family.samples)
 
 
 @pytest.mark.parametrize("pair", [(0, 1), (1, 2), (2, 0)])
-async def test_mixed_batch_matches_hf(server, acme, hf_reference, tokenizer, base_model_id, adapter_names, pair):
+async def test_mixed_batch_matches_hf(server, server_process, acme, keys, hf_reference, tokenizer, base_model_id,
+                                      adapter_names, pair):
     """The base model and two adapters in flight together, filling both engine slots: base requests must get
     no adapter (vllm#48421), whichever adapter holds the last slot."""
     models = [(base_model_id, None)] + [(adapter_names[i], adapter_names[i]) for i in pair]
@@ -80,20 +84,22 @@ async def test_mixed_batch_matches_hf(server, acme, hf_reference, tokenizer, bas
     for model, adapter in models * 2:
         for prompt in PROMPTS:
             jobs.append((model, adapter, tokenizer.encode(prompt, add_special_tokens=False)))
-    # The batch shows isolation only if its requests shared engine steps: every one had produced a token before
-    # any finished. A starved CI runner can send them too far apart, so that is checked and the batch resent.
-    gaps = []
-    for _ in range(3):
-        async with httpx.AsyncClient(base_url=server, headers=acme, timeout=180) as client:
-            results = await asyncio.gather(*[
-                _stream_tokens(client, _completion_body(model, ids, stream=True, max_tokens=MIXED_MAX_TOKENS))
-                for model, _, ids in jobs])
-        for (model, adapter, ids), (tokens, _, _) in zip(jobs, results):
-            assert tokens == hf_reference.greedy(adapter, ids, MIXED_MAX_TOKENS), model
-        gaps.append(min(last for _, _, last in results) - max(first for _, first, _ in results))
-        if gaps[-1] > 0:
-            break
-    assert gaps[-1] > 0, f"the requests never all overlapped: first-finish minus last-first-token per try {gaps}"
+    async with httpx.AsyncClient(base_url=server, headers=acme, timeout=180) as client:
+        for model, _ in models[1:]:  # both adapters into the engine's two slots, so none waits for a load below
+            assert (await client.post("/v1/completions", json=_completion_body(model, jobs[0][2]))).status_code == 200
+        # The batch shows isolation only if its requests share engine steps: all of them reach the held engine
+        # before it runs a step.
+        with EngineGate.of(server_process.proc.pid):
+            streams = [asyncio.create_task(_stream_tokens(
+                client, _completion_body(model, ids, stream=True, max_tokens=MIXED_MAX_TOKENS)))
+                for model, _, ids in jobs]
+            deadline = asyncio.get_running_loop().time() + 60
+            while await _unfinished(client, keys) < len(jobs):
+                assert asyncio.get_running_loop().time() < deadline, "the batch never reached the engine"
+                await asyncio.sleep(0.05)
+        results = await asyncio.gather(*streams)
+    for (model, adapter, ids), tokens in zip(jobs, results):
+        assert tokens == hf_reference.greedy(adapter, ids, MIXED_MAX_TOKENS), model
 
 
 def test_slot_reuse_stays_exact(server, acme, hf_reference, tokenizer, adapter_dirs):

@@ -8,11 +8,14 @@ import io
 import json
 import random
 import tarfile
+import uuid
 from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.engine_gate import EngineGate
 
 MAX_TOKENS = 12
 
@@ -137,11 +140,15 @@ async def test_200_adapters_through_two_slots(server, acme, registry, template, 
 
 
 async def test_when_every_slot_is_taken_a_request_whose_adapter_runs_starts_first(
-        server, acme, keys, tokenizer, hf_reference, adapter_dirs):
+        server, server_process, acme, keys, tokenizer, hf_reference, adapter_dirs):
     """32 long sql-helper requests fill the session engine's 32 slots. A poet request waits, then a sql-helper
     one. The slot one holder's client gives up goes to sql-helper, whose adapter runs (adapter-aware admission),
-    the next one to poet; both answer as HF + peft does."""
+    the next one to poet; both answer as HF + peft does.
+
+    The engine is held throughout the choice, so no holder can finish and free a slot of its own accord: the
+    slots free only when the test cancels a holder. The order is read from the ledger (arrival + queue time)."""
     ids = tokenizer.encode("the river runs to the sea", add_special_tokens=False)
+    request_ids = {model: f"slot-{model}-{uuid.uuid4().hex}" for model in ("poet", "sql-helper")}
 
     async def admission(client: httpx.AsyncClient, state: str) -> float:
         """loraplex_admission_<state>_requests, all tenants; read without blocking the holders' event loop."""
@@ -149,36 +156,48 @@ async def test_when_every_slot_is_taken_a_request_whose_adapter_runs_starts_firs
         page = await client.get("/metrics", headers=keys.metrics_headers, params=[("name[]", name)])
         return sum(s.value for family in text_string_to_metric_families(page.text) for s in family.samples)
 
-    async def until(client: httpx.AsyncClient, state: str, n: int, holders: list[asyncio.Task]) -> None:
+    async def until(client: httpx.AsyncClient, state: str, n: int) -> None:
         deadline = asyncio.get_running_loop().time() + 60
         while await admission(client, state) != n:
-            assert not any(h.done() for h in holders), "a holder ended before its slot was given up"
             assert asyncio.get_running_loop().time() < deadline, f"never {n} {state}"
             await asyncio.sleep(0.02)
 
     async with httpx.AsyncClient(base_url=server, headers=acme, timeout=300) as client:
+        gate = EngineGate.of(server_process.proc.pid)
+        gate.hold()
         # Not streamed: the test reads nothing while they run, and a cancelled one's client leaves at once.
         holders = [asyncio.create_task(client.post("/v1/completions", json=_body("sql-helper", ids, False, 1000)))
                    for _ in range(32)]
         try:
-            await until(client, "running", 32, holders)
+            await until(client, "running", 32)
             waiting = {}
             for n, model in enumerate(("poet", "sql-helper"), start=1):
-                waiting[model] = asyncio.create_task(client.post("/v1/completions", json=_body(model, ids, False)))
-                await until(client, "queued", n, holders)
-            holders[0].cancel()  # one slot frees
-            sql = await asyncio.wait_for(waiting["sql-helper"], 60)
-            assert not waiting["poet"].done()
-            holders[1].cancel()
-            poet = await asyncio.wait_for(waiting["poet"], 60)
+                waiting[model] = asyncio.create_task(client.post(
+                    "/v1/completions", json=_body(model, ids, False), headers={"X-Request-Id": request_ids[model]}))
+                await until(client, "queued", n)
+            for n, holder in enumerate(holders[:2]):  # one slot frees, the first waiter starts; then the second
+                holder.cancel()
+                await until(client, "queued", 1 - n)
+            gate.release()
+            sql = await asyncio.wait_for(waiting["sql-helper"], 120)
+            poet = await asyncio.wait_for(waiting["poet"], 120)
         finally:
+            gate.release()
             for holder in holders:
                 holder.cancel()
             await asyncio.gather(*holders, return_exceptions=True)
+        rows = {r["request_id"]: r for r in (await client.get("/v1/usage?limit=10000",
+                                                             headers=keys.admin_headers)).json()["data"]}
     for model, response in (("sql-helper", sql), ("poet", poet)):
         assert response.status_code == 200, response.text
         expected = hf_reference.greedy(adapter_dirs[model], ids, MAX_TOKENS)
         assert response.json()["choices"][0]["token_ids"] == expected, model
+
+    def started(model: str) -> float:  # when admission let it start (wall clock)
+        row = rows[request_ids[model]]
+        return row["created_at"] - row["e2e_s"] + row["queue_s"]
+
+    assert started("sql-helper") < started("poet"), "poet (queued first) took the first free slot"
 
 
 def _tar_gz(folder: Path, arcname: str = "adapter") -> bytes:

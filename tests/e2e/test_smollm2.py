@@ -7,14 +7,16 @@ each adapter does what it was trained to do on held-out questions, the base mode
 from __future__ import annotations
 
 import asyncio
-import time
 
+import httpx
 import pytest
 from openai import AsyncOpenAI, OpenAI
+from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.demo.questions import held_out_questions
 from adapters.demo.smollm2 import MODEL_ID, TRAINED_ADAPTERS
 from adapters.demo.styles import STYLES, behaviour_rates
+from tests.engine_gate import EngineGate
 
 QUESTIONS = ["What is the capital of France?", "Describe whales in one sentence."]
 MAX_TOKENS = 16
@@ -66,31 +68,38 @@ def test_each_model_alone_matches_hf(client, smollm2_reference, smollm2_tokenize
             assert tokens == smollm2_reference.greedy(adapter, ids, MAX_TOKENS), (model, question)
 
 
-async def _streamed_tokens(client: AsyncOpenAI, params: dict) -> tuple[list[int], float, float]:
-    """Token ids of one streamed completion, when its first token came and when it finished."""
-    tokens, first = [], None
+async def _streamed_tokens(client: AsyncOpenAI, params: dict) -> list[int]:
+    tokens = []
     async for chunk in await client.completions.create(stream=True, **params):
         for choice in chunk.choices:
             tokens.extend((choice.model_extra or {}).get("token_ids") or [])
-            first = first or time.monotonic()
-    return tokens, first, time.monotonic()
+    return tokens
 
 
-async def test_mixed_batch_matches_hf(smollm2_server, smollm2_reference, smollm2_tokenizer):
-    """The base model and all three adapters in flight together, twice over each question. The batch was mixed only
-    if every stream had its first token before any finished; a starved runner may send them apart: resent then."""
+async def test_mixed_batch_matches_hf(smollm2_server, smollm2_process, smollm2_reference, smollm2_tokenizer):
+    """The base model and all three adapters in flight together, twice over each question: all of them reach the
+    held engine before it runs a step, so the batch is mixed by construction."""
     jobs = [(model, adapter, _prompt(smollm2_tokenizer, q)) for model, adapter in _models() * 2 for q in QUESTIONS]
-    gaps = []
-    for _ in range(3):
-        async with AsyncOpenAI(base_url=f"{smollm2_server}/v1", api_key="unused", max_retries=0,
-                               timeout=300) as client:
-            results = await asyncio.gather(*[_streamed_tokens(client, _params(model, ids)) for model, _, ids in jobs])
-        for (model, adapter, ids), (tokens, _, _) in zip(jobs, results):
-            assert tokens == smollm2_reference.greedy(adapter, ids, MAX_TOKENS), model
-        gaps.append(min(last for _, _, last in results) - max(first for _, first, _ in results))
-        if gaps[-1] > 0:
-            break
-    assert gaps[-1] > 0, f"the requests never all overlapped: first finish minus last first token per try {gaps}"
+    async with AsyncOpenAI(base_url=f"{smollm2_server}/v1", api_key="unused", max_retries=0, timeout=300) as client, \
+            httpx.AsyncClient(base_url=smollm2_server, timeout=60) as plain:
+        for model, adapter in _models():  # every adapter in its engine slot first: a held engine loads none
+            if adapter is not None:
+                await client.completions.create(**{**_params(model, jobs[0][2]), "max_tokens": 1})
+        with EngineGate.of(smollm2_process.proc.pid):
+            streams = [asyncio.create_task(_streamed_tokens(client, _params(model, ids))) for model, _, ids in jobs]
+            deadline = asyncio.get_running_loop().time() + 120
+            while await _unfinished(plain) < len(jobs):
+                assert asyncio.get_running_loop().time() < deadline, "the batch never reached the engine"
+                await asyncio.sleep(0.05)
+        results = await asyncio.gather(*streams)
+    for (model, adapter, ids), tokens in zip(jobs, results):
+        assert tokens == smollm2_reference.greedy(adapter, ids, MAX_TOKENS), model
+
+
+async def _unfinished(client: httpx.AsyncClient) -> float:
+    name = "loraplex_engine_unfinished_requests"
+    page = await client.get("/metrics", params=[("name[]", name)])
+    return sum(s.value for family in text_string_to_metric_families(page.text) for s in family.samples)
 
 
 async def test_each_adapter_shows_its_style_on_held_out_questions(smollm2_server):

@@ -16,6 +16,7 @@ import httpx
 
 from api.observability.drift_store import DRIFT_FILE, DriftStore
 from tests.conftest import ARTIFACTS
+from tests.engine_gate import EngineGate, StreamReader, wait_until
 
 
 def test_dashboard_in_headless_chromium(server, keys, acme, base_model_id):
@@ -90,18 +91,20 @@ def test_sigterm_lets_a_running_stream_finish_then_exits_zero(server_process, se
                                                               demo_home):
     # What the real process must do on SIGTERM: finish the stream it is serving, token for token, and exit 0.
     # Readiness and refusals during the drain are checked where the drain can be held open on purpose
-    # (tests/api/test_lifecycle.py); here the stream would have to outlast the checks, a race on a busy machine.
-    events: list[str] = []
-    with httpx.stream("POST", f"{server}/v1/completions", headers=acme, timeout=120,
-                      json={"model": base_model_id, "prompt": "x", "max_tokens": 1000, "ignore_eos": True,
-                            "stream": True, "stream_options": {"include_usage": True}}) as response:
-        assert response.status_code == 200
-        for line in response.iter_lines():
-            if not line.startswith("data: "):
-                continue
-            if not events:
-                server_process.proc.send_signal(15)
-            events.append(line)
+    # (tests/api/test_lifecycle.py). Here the engine is held from before the stream until the server has begun its
+    # drain, so the signal lands mid-stream by construction.
+    body = {"model": base_model_id, "prompt": "x", "max_tokens": 1000, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}
+    drains_before = server_process.log_path.read_text().count("SIGTERM: draining")
+    with EngineGate.of(server_process.proc.pid) as gate:
+        stream = StreamReader(f"{server}/v1/completions", acme, body)
+        gate.pulse_until(lambda: bool(stream.chunks))
+        server_process.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: server_process.log_path.read_text().count("SIGTERM: draining") > drains_before,
+                   "the drain began")
+    stream.join()
+    assert stream.status == 200
+    events = [f"data: {event}" for event in stream.events]
     assert events[-1] == "data: [DONE]", "the running stream finished"
     chunks = [json.loads(event[6:]) for event in events[:-1]]
     assert chunks[-1]["usage"]["completion_tokens"] == 1000
@@ -149,11 +152,11 @@ def test_ledger_survives_kill_9_during_load(server_process, keys, base_model_id,
             with lock:
                 completed.append(request_id)
 
-    with ThreadPoolExecutor(8) as pool:
+    # The engine runs in pulses until 16 answers are in and is held at the kill: the kill lands with requests in
+    # flight by construction (a pulse is a few engine steps; a request takes 40).
+    with ThreadPoolExecutor(8) as pool, EngineGate.of(server_process.proc.pid) as gate:
         futures = [pool.submit(one, i) for i in range(64)]
-        deadline = time.monotonic() + 120
-        while len(completed) < 16 and time.monotonic() < deadline and not all(f.done() for f in futures):
-            time.sleep(0.01)
+        gate.pulse_until(lambda: len(completed) >= 16)
         server_process.kill9()
         for f in futures:
             f.result()

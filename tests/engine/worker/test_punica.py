@@ -129,10 +129,13 @@ def test_wrapper_add_lora_embedding_groups_by_token_and_skips_untargeted_embeddi
         if slot >= 0:
             expected[t] += lora_b[slot, 0] @ x[t]
     wrapper.add_lora_embedding(y, x, lora_b)
+    # The grouped matmul may round differently from the per-token loop: close, not bit for bit.
     torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
+    after_first = y.clone()
     untargeted = torch.zeros(2, 1, 8, 4)
     wrapper.add_lora_embedding(y, x, untargeted)
-    torch.testing.assert_close(y, expected, rtol=0, atol=0)
+    torch.testing.assert_close(y, after_first, rtol=0, atol=0)  # skipped: y is untouched, not merely close
     untargeted[1, 0, 0, 0] = 1.0  # vLLM loads an adapter that targets the embeddings into slot 1
     wrapper.add_lora_embedding(y, x, untargeted)
-    assert y[0, 0] == expected[0, 0] + x[0, 0] and y[3, 0] == expected[3, 0] + x[3, 0]
+    assert y[0, 0] == after_first[0, 0] + x[0, 0] and y[3, 0] == after_first[3, 0] + x[3, 0]
+    assert torch.equal(y[1], after_first[1]) and torch.equal(y[2], after_first[2])

@@ -1,0 +1,148 @@
+"""Holding a real vLLM engine still, so that an end-to-end test orders its events by construction.
+
+A test that needs "the stream is still running when X happens" cannot get it from a long stream: on a busy
+machine the test process itself can be seconds late (measured: a client thread beside a running stream built its
+`httpx.Client` 4.5 s late while the server answered a fresh process in 2 ms). So the engine's processes are
+stopped (SIGSTOP) while the test acts, and let run only in short pulses:
+
+    with EngineGate.of(server_pid) as gate:            # the engine is held: no token is generated
+        reader = StreamReader.open(...)                # the request reaches the engine, which cannot run it
+        gate.pulse_until(lambda: reader.chunks)        # a first chunk, and at most a pulse's tokens more
+        ...                                            # drop, kill, signal: the stream cannot end meanwhile
+    # released here whatever happened
+
+The HTTP server, admission, the ledger and Ray keep running while the engine is held; only generation (and
+adapter loads into the engine) wait.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+import httpx
+
+from tests.conftest import _alive, _descendants
+
+PULSE_S = 0.02  # how long one pulse lets the engine run: a few steps of the tiny model
+SETTLE_S = 0.2  # how long a held engine's last outputs are given to reach the condition before the next pulse
+
+
+class EngineGate:
+    """SIGSTOP / SIGCONT on a server's (or a Ray replica's) engine processes: its descendants."""
+
+    def __init__(self, pids: Iterable[int]):
+        self.pids = sorted(pids)
+        if not self.pids:
+            raise RuntimeError("no engine processes to hold")
+        self.held = False
+
+    @classmethod
+    def of(cls, parent_pid: int) -> EngineGate:
+        return cls(_descendants(parent_pid))
+
+    def hold(self) -> None:
+        self._signal(signal.SIGSTOP)
+        self.held = True
+
+    def release(self) -> None:
+        self._signal(signal.SIGCONT)
+        self.held = False
+
+    def pulse(self, seconds: float = PULSE_S) -> None:
+        self.release()
+        time.sleep(seconds)
+        self.hold()
+
+    def pulse_until(self, condition: Callable[[], bool], timeout_s: float = 120, pulse_s: float = PULSE_S) -> None:
+        """Pulses until `condition` holds, looking after each pulse with the engine held (so the condition sees
+        a state that cannot move on)."""
+        deadline = time.monotonic() + timeout_s
+        while not _wait(condition, SETTLE_S):
+            if time.monotonic() > deadline:
+                raise AssertionError("the held engine never reached the condition")
+            self.pulse(pulse_s)
+
+    def __enter__(self) -> EngineGate:
+        self.hold()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def _signal(self, sig: int) -> None:
+        for pid in self.pids:
+            if _alive(pid):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+
+
+def _wait(condition: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+    if not _wait(condition, timeout_s):
+        raise AssertionError(f"never {what} within {timeout_s} s")
+
+
+class StreamReader:
+    """An SSE stream read on a thread of its own: the test thread keeps pulsing and signalling meanwhile.
+    `drop()` shuts the connection down from the test thread (as a client that goes away), even while the reader
+    waits for a chunk that a held engine cannot produce."""
+
+    def __init__(self, url: str, headers: dict[str, str], body: dict):
+        self.events: list[str] = []  # the `data:` payloads, [DONE] included
+        self.status: int | None = None
+        self.error: BaseException | None = None
+        self._socket: socket.socket | None = None
+        self._dropped = False
+        self._connected = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(url, headers, body), daemon=True)
+        self._thread.start()
+
+    @property
+    def chunks(self) -> list[dict]:
+        return [json.loads(e) for e in list(self.events) if e != "[DONE]"]
+
+    def drop(self) -> None:
+        if not self._connected.wait(60):
+            raise AssertionError("the stream never got its response head")
+        if self._socket is None:
+            raise AssertionError(f"the stream failed before its response head: {self.error!r}")
+        self._dropped = True
+        self._socket.shutdown(socket.SHUT_RDWR)
+        self.join()
+
+    def join(self, timeout_s: float = 120) -> None:
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            raise AssertionError("the stream did not end")
+        if self.error is not None and not self._dropped:
+            raise self.error
+
+    def _read(self, url: str, headers: dict[str, str], body: dict) -> None:
+        try:
+            with httpx.stream("POST", url, headers=headers, json=body, timeout=300) as response:
+                self.status = response.status_code
+                self._socket = response.extensions["network_stream"].get_extra_info("socket")
+                self._connected.set()
+                for line in response.iter_lines():
+                    if line.startswith("data: "):
+                        self.events.append(line[len("data: "):])
+        except BaseException as e:  # noqa: BLE001 (handed to the test thread by join)
+            self.error = e
+        finally:
+            self._connected.set()
