@@ -286,26 +286,29 @@ def main() -> None:
     args = parser.parse_args()
     load = args.load if args.load is not None else (0.6 if args.mode == "soak" else 2.0)
     seconds = args.minutes * 60 if args.mode == "soak" else args.seconds
-    assets = demo_assets()
-    models = ["loraplex/tiny-llama", *assets.adapter_dirs]
+    demo_assets()  # built once under the data home, which `serve --demo tiny` reads
     with tempfile.TemporaryDirectory(prefix="loraplex-soak-") as state:
         port = free_port()
         extra, headers = own_state(state), {}
         if args.admission:
             config, key = tenants_file(state, dict(args.admission))
             extra, headers = (*extra, "--config", str(config)), {"Authorization": f"Bearer {key}"}
-        cmd = loraplex_command(port, {}, max_loras=4, max_cpu_loras=8, extra=extra)
+        cmd = loraplex_command(port, {}, max_loras=4, max_cpu_loras=8, extra=("--demo", "tiny", *extra))
         log = RESULTS / f".{args.mode}-server.log"
         with running(cmd, port, log, ready_path="/ready") as base:
             server_pid = int(next(p for p in Path("/proc").iterdir() if p.name.isdigit()
                                   and _is_server(p, port)).name)
-            say(f"measuring capacity ({args.calibrate_s:.0f} s, {args.concurrency} clients)")
+            # The base model and every demo adapter, as the server names them.
+            models = [m["id"] for m in httpx.get(f"{base}/v1/models", headers=headers, timeout=30).json()["data"]]
+            say(f"measuring capacity ({args.calibrate_s:.0f} s, {args.concurrency} clients) over {models}")
 
             async def calibrate() -> float:
                 async with httpx.AsyncClient(base_url=base, timeout=300, headers=headers) as client:
                     return await capacity(client, models, args.concurrency, args.calibrate_s)
 
             cap = asyncio.run(calibrate())
+            if cap <= 0:
+                raise SystemExit(f"no request succeeded while measuring capacity; see {log}")
             rate = cap * load
             say(f"capacity {cap:.2f} req/s; offering {rate:.2f} req/s for {seconds:.0f} s")
             results, samples = asyncio.run(drive(base, headers, server_pid, models, rate, seconds))
@@ -323,7 +326,7 @@ def main() -> None:
     for w in summary["windows"]:
         say(f"minutes {w['minutes'][0]:g}-{w['minutes'][1]:g}: RSS {w['rss_mib_last']:.0f} MiB (max "
             f"{w['rss_mib_max']:.0f}), fds {w['open_fds_last']} (max {w['open_fds_max']}), {w['served']}/"
-            f"{w['requests']} served, TTFT p95 {w['ttft_p95_ms']} ms")
+            f"{w['requests']} served, TTFT p95 {w['ttft_p95_ms'] or 0:.0f} ms")
     say(f"wrote {out} and {out.with_suffix('.png')}")
 
 

@@ -176,13 +176,14 @@ def test_no_line_is_taken_while_admission_would_not_start_it(served):
 def test_cancel_closes_the_lines_not_run(served, fake_engine):
     _, url = served
     c = client(url)
-    fake_engine.step_delay = 0.05
+    fake_engine.hold = threading.Event()  # every line waits after its first token: none finishes before the cancel
     batch = c.batches.create(input_file_id=c.files.create(
         file=("in.jsonl", jsonl(*(chat_line(f"r{i}") for i in range(200)))), purpose="batch").id,
         endpoint="/v1/chat/completions", completion_window="24h")
     wait_status(c, batch.id, "in_progress")
     cancelling = c.batches.cancel(batch.id)
     assert cancelling.status == "cancelling"
+    fake_engine.hold.set()
     cancelled = wait_final(c, batch.id)
     assert cancelled.status == "cancelled" and cancelled.cancelled_at
     errors = [json.loads(x) for x in c.files.content(cancelled.error_file_id).text.splitlines()]
@@ -196,17 +197,22 @@ def test_cancel_closes_the_lines_not_run(served, fake_engine):
 
 
 def test_a_batch_past_its_window_expires_with_what_it_finished(served, fake_engine):
-    _, url = served
+    server, url = served
     c = client(url)
-    fake_engine.step_delay = 0.05  # 3000 lines of 3 steps, 32 at a time: about 14 s, far past the window
+    fake_engine.hold = threading.Event()  # no line finishes until the window has passed
     batch = c.batches.create(input_file_id=c.files.create(
-        file=("in.jsonl", jsonl(*(chat_line(f"r{i}") for i in range(3000)))), purpose="batch").id,
+        file=("in.jsonl", jsonl(*(chat_line(f"r{i}") for i in range(300)))), purpose="batch").id,
         endpoint="/v1/chat/completions", completion_window="1s")
+    deadline = time.monotonic() + 60
+    while server.batch_runner.store.counts(batch.id)["expired"] == 0:  # the window closed the lines not started
+        assert time.monotonic() < deadline, "the window never closed"
+        time.sleep(0.1)
+    fake_engine.hold.set()  # the lines in flight finish
     expired = wait_final(c, batch.id)
     assert expired.status == "expired" and expired.expired_at
     errors = [json.loads(x) for x in c.files.content(expired.error_file_id).text.splitlines()]
     assert errors and {e["error"]["code"] for e in errors} == {"batch_expired"}
-    assert expired.request_counts.completed + len(errors) == 3000
+    assert expired.request_counts.completed + len(errors) == 300
 
 
 def test_a_tenant_sees_only_its_own_files_and_batches(served):
