@@ -74,12 +74,14 @@ class Tracing:
         self._provider.add_span_processor(BatchSpanProcessor(exporter))
         self._tracer = self._provider.get_tracer("loraplex")
 
-    def span(self, name: str, *, carrier: Mapping[str, str] | None = None,
+    def span(self, name: str, *, carrier: Mapping[str, str] | None = None, parent: Any = None,
              **attrs: Any) -> AbstractContextManager[Any]:
-        """`carrier`: incoming headers whose W3C `traceparent` becomes the parent. None-valued attrs are dropped."""
+        """`carrier`: incoming headers whose W3C `traceparent` becomes the parent; `parent`: an OpenTelemetry
+        context captured earlier (see `traced`). Otherwise the current span is the parent. None-valued attrs are
+        dropped."""
         if self._tracer is None:
             return NOOP_SPAN
-        context = None
+        context = parent
         if carrier is not None:
             from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -113,16 +115,19 @@ Item = TypeVar("Item")
 
 
 def traced(items: AsyncIterator[Item], tracing: Tracing, name: str, **attrs: str) -> AsyncIterator[Item]:
-    """`items`, inside one span from the first item asked for to the last. Without tracing, `items` itself:
-    no extra generator hop per engine step."""
+    """`items`, inside one span from the first item asked for to the last, a child of the span current *here*: a
+    streamed response is iterated after its route returned, outside the request's span. Without tracing, `items`
+    itself: no extra generator hop per engine step."""
     if not tracing.enabled:
         return items
-    return _traced(items, tracing, name, attrs)
+    from opentelemetry import context
+
+    return _traced(items, tracing, name, attrs, context.get_current())
 
 
-async def _traced(items: AsyncIterator[Item], tracing: Tracing, name: str,
-                  attrs: dict[str, str]) -> AsyncIterator[Item]:
-    with tracing.span(name, **attrs) as span:
+async def _traced(items: AsyncIterator[Item], tracing: Tracing, name: str, attrs: dict[str, str],
+                  parent: Any) -> AsyncIterator[Item]:
+    with tracing.span(name, parent=parent, **attrs) as span:
         count = 0
         async for item in items:
             count += 1

@@ -5,7 +5,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from engine.tracing import NOOP_SPAN, Tracing, carrier, traces_url
+from engine.tracing import NOOP_SPAN, Tracing, carrier, traced, traces_url
 from tests.otlp import OtlpCollector
 
 
@@ -130,3 +130,23 @@ def test_a_carrier_hands_the_current_span_to_another_process(memory):
     assert spans["replica.generate"].context.trace_id == spans["engine.generate"].context.trace_id
     assert spans["replica.generate"].resource.attributes["service.name"] == "loraplex-replica"
     other.shutdown()
+
+
+async def test_a_traced_stream_iterated_after_its_span_ended_stays_in_its_trace(memory):
+    """A streamed response is iterated by the server after the route returned and its `http.request` span closed."""
+    tracing, exporter = memory
+
+    async def items():
+        with tracing.span("engine.generate"):
+            yield 1
+            yield 2
+
+    with tracing.span("http.request"):
+        stream = traced(items(), tracing, "stream")
+    assert [item async for item in stream] == [1, 2]
+    tracing.force_flush()
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    root = spans["http.request"]
+    assert spans["stream"].parent.span_id == root.context.span_id
+    assert spans["engine.generate"].parent.span_id == spans["stream"].context.span_id
+    assert {s.context.trace_id for s in spans.values()} == {root.context.trace_id}
