@@ -150,6 +150,11 @@ def server(outcome, clock):
     httpd.server_close()
 
 
+def _first_bucket(data: dict) -> float:
+    """Where the charts start: the window's first bucket, or the one the server started in if it is younger."""
+    return next(t for t in data["t"] if t + data["interval_s"] > data["started_at_unix"])
+
+
 class Dom(HTMLParser):
     """Rows keyed by their data-* attributes, each a map from first CSS class to (all classes, text)."""
 
@@ -159,6 +164,7 @@ class Dom(HTMLParser):
         self.ids: dict[str, str] = {}
         self.adapters: dict[str, list[str]] = {}
         self.charts: dict[str, str | None] = {}  # data-chart -> data-points
+        self.chart_starts: dict[str, str | None] = {}  # data-chart -> data-x-start (unix s)
         self.groups: list[tuple[str, str, bool]] = []  # select#history-group options: value, text, selected
         self._select: str | None = None
         self._option: list[str] | None = None
@@ -183,6 +189,7 @@ class Dom(HTMLParser):
             self.adapters[self._tier].append(attrs["data-adapter"])
         elif tag == "div" and "data-chart" in attrs:
             self.charts[attrs["data-chart"]] = attrs.get("data-points")
+            self.chart_starts[attrs["data-chart"]] = attrs.get("data-x-start")
         elif tag == "select":
             self._select = attrs.get("id")
         elif tag == "option" and self._select == "history-group":
@@ -286,6 +293,7 @@ def test_dashboard_draws_every_chart_in_chromium(server, tmp_path):
     for chart in CHARTS:
         assert dom.charts[chart] is not None, f"chart {chart} was not drawn"
         assert int(dom.charts[chart]) == plotted_points(data, chart) > 0, chart
+    assert {float(dom.chart_starts[chart]) for chart in CHARTS} == {_first_bucket(data)}
     assert dom.groups == [("all", "all", True), ("tenant:<i>evil</i>", "tenant: <i>evil</i>", False),
                           ("tenant:acme", "tenant: acme", False), ("tenant:beta", "tenant: beta", False),
                           ("model:base", "model: base", False), ("model:support@3", "model: support@3", False)]
@@ -302,6 +310,9 @@ def test_charts_of_one_model_by_the_minute(server, tmp_path):
     assert drawn == {chart: plotted_points(data, chart) for chart in CHARTS}
     assert drawn["load"] == 0 and drawn["requests"] > 0  # admission is per tenant: a model has no queue line
     assert ("model:support@3", "model: support@3", True) in dom.groups
+    # The server is younger than the day this view covers: the charts start where its data does.
+    assert data["t"][0] < _first_bucket(data)
+    assert {float(dom.chart_starts[chart]) for chart in CHARTS} == {_first_bucket(data)}
 
 
 def test_missing_chromium_is_a_clear_error(monkeypatch, tmp_path):
