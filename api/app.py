@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.admin.router import admin_router
 from api.batch.router import FILES_PATH, batch_router
-from api.cluster.status import cluster_router
+from api.ops.cluster import cluster_router
 from api.errors import OpenAIError, from_http_status, from_validation_error
 from api.graphs.router import graphs_router
 from api.jobs.router import jobs_router

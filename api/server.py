@@ -27,16 +27,16 @@ from api.batch.lines import Endpoint
 from api.batch.runner import BatchRunner
 from api.batch.serving import BatchService
 from api.batch.store import BatchStore
-from api.cluster.status import ClusterView, ReplicaCollector
+from api.ops.cluster import ClusterView, ReplicaCollector
 from api.generation.accounting import Accounts, OutcomeSink
 from api.generation.adapter_loading import AdapterLoader
 from api.generation.admission import EngineAdmission
 from api.generation.cache_salt import CacheSalts
 from api.generation.limits import TenantLimits
-from api.generation.request import Pipeline
+from api.pipeline.request import Pipeline
 from api.generation.resolve import ModelResolver
 from api.graphs.serving import GraphService
-from api.graphs.table import VirtualModelTable
+from api.generation.virtual_model_table import VirtualModelTable
 from api.input_limits import InputLimits
 from api.jobs.runner import JobRunner
 from api.jobs.serving import JobService

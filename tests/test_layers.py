@@ -1,5 +1,6 @@
-"""The architecture as a test: imports flow adapters -> engine -> api, modules form no cycle, and no module
-imports a project module inside a function (the usual way to hide a cycle)."""
+"""The architecture as a test: imports flow adapters -> engine -> api; inside api, packages stand on floors and import
+only their own floor or lower; neither modules nor packages form a cycle; and no module imports a project module
+inside a function (the usual way to hide a cycle)."""
 
 from __future__ import annotations
 
@@ -117,3 +118,54 @@ def test_no_import_cycle():
 def _parents(name: str) -> list[str]:
     parts = name.split(".")
     return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+# api's packages (a sub-package, or a module directly under api, is one node), lowest floor first. A package imports
+# packages of its own floor or below; a new package is placed here before it can land.
+API_FLOORS: list[tuple[str, set[str]]] = [
+    ("HTTP nouns: errors, bodies, input limits, the server's protocol and lifecycle",
+     {"api.errors", "api.http_protocol", "api.body", "api.input_limits", "api.middleware", "api.lifecycle"}),
+    ("metrics, SLOs, history, drift", {"api.observability"}),
+    ("tenants: the tenants file, keys, limits, admission, ledger", {"api.tenancy"}),
+    ("who is calling", {"api.auth"}),
+    ("the steps of a request; operations and the registry admin API", {"api.generation", "api.ops", "api.admin"}),
+    ("routing: rollouts, shadows, fallbacks, breakers", {"api.routing"}),
+    ("the request pipeline, step by step", {"api.pipeline"}),
+    ("the OpenAI endpoints", {"api.openai"}),
+    ("features over the OpenAI endpoints", {"api.batch", "api.graphs", "api.sagemaker"}),
+    ("async jobs (over batch)", {"api.jobs"}),
+    ("the server, assembled", {"api.server"}),
+    ("the app, scale-out and the command line", {"api.app", "api.cluster", "api.cli"}),
+]
+
+
+def package_of(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {package_of(m): set() for m in MODULES}
+    for module, path in MODULES.items():
+        for name, _ in project_imports(path):
+            if package_of(name) != package_of(module):
+                graph[package_of(module)].add(package_of(name))
+    return graph
+
+
+def test_every_api_package_stands_on_a_floor():
+    placed = [p for _, floor in API_FLOORS for p in floor]
+    packages = {p for p in package_graph() if p.startswith("api.")}
+    assert len(placed) == len(set(placed)), "a package on two floors"
+    assert packages == set(placed), f"not placed: {sorted(packages - set(placed))}; gone: {sorted(set(placed) - packages)}"
+
+
+@pytest.mark.parametrize("package", sorted({p for _, floor in API_FLOORS for p in floor}))
+def test_packages_import_only_their_floor_or_below(package):
+    floor_of = {p: i for i, (_, floor) in enumerate(API_FLOORS) for p in floor}
+    above = sorted(name for name in package_graph().get(package, ()) if floor_of.get(name, -1) > floor_of[package])
+    assert not above, (f"{package} ({API_FLOORS[floor_of[package]][0]}) imports {above}, which stand above it: "
+                       "move the shared nouns down")
+
+
+def test_no_package_cycle():
+    assert find_cycle(package_graph()) == []

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from api.auth import Caller
 from api.batch.protocol import LineError, LineResponse, OutputLine
 from api.errors import bad_request, from_validation_error
-from api.generation.request import BatchLane, Reply
+from api.pipeline.request import BatchLane, Reply
 
 
 class QueuedService(Protocol):

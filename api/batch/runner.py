@@ -24,7 +24,7 @@ from api.batch.protocol import BatchError, BatchErrors
 from api.batch.store import BatchStore, LineResult, LineRow
 from api.batch.validation import parse_lines
 from api.errors import OpenAIError
-from api.generation.request import BatchLane
+from api.pipeline.request import BatchLane
 from api.observability.request_metrics import BatchGauges
 from api.tenancy.config import TenancyConfig
 

@@ -19,7 +19,7 @@ from adapters.sql import DB_ERRORS
 from adapters.validation import AdapterValidationError
 from api.batch.config import BatchConfig
 from api.cli.flags import add_config_arguments, config_from_args
-from api.graphs.table import GraphError, VirtualModelTable
+from api.generation.virtual_model_table import GraphError, VirtualModelTable
 from api.input_limits import InputLimits
 from api.lifecycle import DrainingServer, http_config
 from api.observability.drift import DriftConfig

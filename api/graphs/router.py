@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from api.errors import OpenAIError, bad_request
-from api.graphs.table import GraphError
+from api.generation.virtual_model_table import GraphError
 from api.tenancy.config import ConfigError, load_tenancy_config
 
 graphs_router = APIRouter(prefix="/v1/virtual-models", tags=["admin"])

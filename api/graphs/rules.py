@@ -7,7 +7,7 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from api.graphs.config import MAJORITY, EscalationRule
+from api.tenancy.virtual_models import MAJORITY, EscalationRule
 
 _SPACES = re.compile(r"\s+")
 _EDGE_PUNCTUATION = string.punctuation + "“”‘’«»…"

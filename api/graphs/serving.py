@@ -22,12 +22,12 @@ from typing import Any
 
 from api.auth import Caller
 from api.errors import bad_request, model_not_found
-from api.generation.request import SERVED_MODEL_HEADER, BatchLane, GenerationService, Reply
+from api.pipeline.request import SERVED_MODEL_HEADER, BatchLane, GenerationService, Reply
 from api.generation.resolve import visibility_of
-from api.graphs.config import VirtualModel
+from api.tenancy.virtual_models import VirtualModel
 from api.graphs.protocol import GraphChatResponse, GraphCompletionResponse, GraphInfo, GraphRun
 from api.graphs.rules import Candidate, choose, escalation, mean_logprob
-from api.graphs.table import VirtualModelTable
+from api.generation.virtual_model_table import VirtualModelTable
 from api.openai.protocol import ChatCompletionRequest, ChatCompletionResponse, CompletionResponse, Usage
 from api.tenancy.config import TenancyConfig
 

@@ -17,7 +17,7 @@ from api.batch.config import BatchConfig
 from api.batch.lines import Endpoints, parse_request
 from api.batch.store import BatchStore, LineResult
 from api.errors import OpenAIError
-from api.generation.request import BatchLane
+from api.pipeline.request import BatchLane
 from api.jobs.protocol import WebhookEvent
 
 logger = logging.getLogger(__name__)

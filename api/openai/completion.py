@@ -8,7 +8,7 @@ from api.errors import bad_request
 from api.generation.accounting import RequestAccount
 from api.generation.budget import output_budget
 from api.generation.fanout import EngineCall, collect_choices
-from api.generation.request import GenerationService
+from api.pipeline.request import GenerationService
 from api.generation.resolve import ServedModel
 from api.generation.sse import sse
 from api.input_limits import check_request_size

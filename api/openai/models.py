@@ -8,7 +8,7 @@ from datetime import datetime
 
 from adapters.identity import STABLE, version_label
 from api.generation.resolve import ModelResolver, Visibility, everything
-from api.graphs.table import VirtualModelTable
+from api.generation.virtual_model_table import VirtualModelTable
 from api.openai.protocol import ModelCard, ModelList
 
 

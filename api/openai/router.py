@@ -13,7 +13,7 @@ from starlette.types import Receive, Scope, Send
 from api.auth import Caller
 from api.body import Body, parse_body
 from api.errors import OpenAIError
-from api.generation.request import GenerationService, Reply
+from api.pipeline.request import GenerationService, Reply
 from api.generation.resolve import visibility_of
 from api.middleware import request_id_of
 from api.observability.outcome import STATUS_CLIENT_CLOSED, UNKNOWN

@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from api.body import read_json_object
-from api.generation.request import GenerationService
+from api.pipeline.request import GenerationService
 from api.openai.router import run_generation
 from api.ops.readiness import readiness
 from api.sagemaker.protocol import CUSTOM_ATTRIBUTES_HEADER

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from api.errors import bad_request, from_validation_error
-from api.generation.request import GenerationService
+from api.pipeline.request import GenerationService
 from api.openai.chat import ChatService
 from api.openai.completion import CompletionService
 from api.openai.protocol import ChatCompletionRequest, CompletionRequest

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, ValidationError
 
-from api.graphs.config import VirtualModels
+from api.tenancy.virtual_models import VirtualModels
 from api.observability.slo import DEFAULT_SLO, SloTargets
 from engine.cluster.config import ClusterConfig
 
@@ -162,7 +162,7 @@ class TenancyConfig(_Strict):
     tenants: list[TenantConfig] = Field(min_length=1, description="Every tenant of the server.")
     virtual_models: VirtualModels = Field(
         default_factory=dict, description="Cascades and ensembles over adapters, by the name callers send as "
-        "`model` (api/graphs/config.py); checked against the registry at start and on reload.")
+        "`model` (api/tenancy/virtual_models.py); checked against the registry at start and on reload.")
     cluster: ClusterConfig | None = Field(default=None, description="Engine replicas on Ray Serve (`loraplex serve "
                                           "--replicas`); used when --replicas is not given on the command line.")
 

@@ -1,6 +1,6 @@
 import pytest
 
-from api.graphs.config import MAJORITY, MAX_MEAN_LOGPROB, EscalationRule
+from api.tenancy.virtual_models import MAJORITY, MAX_MEAN_LOGPROB, EscalationRule
 from api.graphs.rules import Candidate, choose, escalation, mean_logprob, normalise
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from api.graphs.table import GraphError
+from api.generation.virtual_model_table import GraphError
 from api.server import ServingOptions, build_server
 from tests.api.graphs.conftest import graph_tenancy, tenancy_data
 
