@@ -1,5 +1,5 @@
 """Asks a running loraplex server one question with the base model and with each adapter (the openai client,
-greedy), and prints what each answered: the README's transcript.
+greedy), and prints what each answered: the transcript in docs/models.md.
 
     python scripts/demo_transcript.py [--base-url http://127.0.0.1:8000/v1] [--question "..."]
 """
