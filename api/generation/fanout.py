@@ -82,18 +82,15 @@ async def run_calls(
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _run_one(engine: EngineClient, adapter: LocatedAdapter | None, call: EngineCall,
-                   account: RequestAccount, cache_salt: str | None) -> AsyncIterator[ChoiceDelta]:
-    """One engine request's deltas; counts tokens, maps failures to OpenAIError, aborts if left early."""
+async def engine_deltas(engine: EngineClient, adapter: LocatedAdapter | None, call: EngineCall,
+                        cache_salt: str | None) -> AsyncIterator[ChoiceDelta]:
+    """One engine request's deltas: the one engine call of every run (live, batch, graph, shadow). Maps failures
+    to OpenAIError and aborts the request in the engine if the consumer leaves early."""
     steps = engine.generate(call.request_id, call.prompt_token_ids, call.params, adapter, cache_salt)
-    finished = cached_counted = False
+    finished = False
     try:
         async for step in steps:
             for delta in step:
-                account.on_tokens(len(delta.token_ids))
-                if not cached_counted:
-                    account.cached_prompt_tokens += delta.cached_prompt_tokens
-                    cached_counted = True
                 yield delta
         finished = True
     except OpenAIError:
@@ -105,6 +102,18 @@ async def _run_one(engine: EngineClient, adapter: LocatedAdapter | None, call: E
         if not finished:
             await steps.aclose()
             await engine.abort(call.request_id)
+
+
+async def _run_one(engine: EngineClient, adapter: LocatedAdapter | None, call: EngineCall,
+                   account: RequestAccount, cache_salt: str | None) -> AsyncIterator[ChoiceDelta]:
+    """`engine_deltas`, counted on the request's account."""
+    cached_counted = False
+    async for delta in engine_deltas(engine, adapter, call, cache_salt):
+        account.on_tokens(len(delta.token_ids))
+        if not cached_counted:
+            account.cached_prompt_tokens += delta.cached_prompt_tokens
+            cached_counted = True
+        yield delta
 
 
 def delta_with_offset(delta: ChoiceDelta, offset: int) -> ChoiceDelta:

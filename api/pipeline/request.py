@@ -205,8 +205,9 @@ class GenerationService(ABC, Generic[Req]):
             account.model, account.version, account.route = served.name, served.version, route.ledger_route()
             headers = {SERVED_MODEL_HEADER: served.id, **route.headers(), **limit_headers}
             created = int(time.time())
-            p.shadows.start(route, prepared.calls)
-            calls = run_calls(self.engine, adapter, prepared.calls, account, p.cache_salts.salt_of(caller.tenant))
+            cache_salt = p.cache_salts.salt_of(caller.tenant)
+            p.shadows.start(route, prepared.calls, cache_salt)
+            calls = run_calls(self.engine, adapter, prepared.calls, account, cache_salt)
             if route.rollout is not None:
                 calls = p.router.tap(route, calls)
             if p.drift is not None and (lane is None or lane.preempt is None):  # batch lines are not live traffic

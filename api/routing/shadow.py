@@ -14,10 +14,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from adapters.rollouts import RolloutStore, ShadowResult
 from adapters.tiers import AdapterTiers
-from api.generation.fanout import EngineCall
+from api.generation.fanout import EngineCall, engine_deltas
 from api.routing.metrics import RoutingMetrics
 from api.routing.stats import token_overlap
 from api.routing.traffic import Route
@@ -43,8 +44,9 @@ class ShadowRunner:
         self._running: dict[asyncio.Task, bool] = {}  # task -> preempted
         queue.add_wait_listener(self.preempt)
 
-    def start(self, route: Route, calls: list[EngineCall]) -> None:
-        """Starts the shadow of a routed request (if it has one and a slot is idle); call after its admission."""
+    def start(self, route: Route, calls: list[EngineCall], cache_salt: str | None) -> None:
+        """Starts the shadow of a routed request (if it has one and a slot is idle); call after its admission.
+        `cache_salt` is the primary's: the copy shares prefix-cache blocks with its own tenant only."""
         if route.shadow is None or self.tiers is None:
             return
         label = self.metrics.label(route.shadow.name)
@@ -55,7 +57,7 @@ class ShadowRunner:
             self.metrics.shadows.labels(label, "skipped").inc()
             return
         route.finished = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(self._run(route, calls, ticket))
+        task = asyncio.create_task(self._run(route, calls, cache_salt, ticket))
         self._running[task] = False
         task.add_done_callback(lambda done: self._running.pop(done, None))
 
@@ -65,11 +67,11 @@ class ShadowRunner:
                 self._running[task] = True
                 task.cancel()
 
-    async def _run(self, route: Route, calls: list[EngineCall], ticket: Ticket) -> None:
+    async def _run(self, route: Route, calls: list[EngineCall], cache_salt: str | None, ticket: Ticket) -> None:
         shadow = route.shadow
         label = self.metrics.label(shadow.name)
         try:
-            output, prompt_tokens = await self._generate(route, calls, ticket)
+            output, prompt_tokens = await self._generate(route, calls, cache_salt, ticket)
         except asyncio.CancelledError:
             self.metrics.shadows.labels(label, "preempted" if self._running.get(asyncio.current_task()) else
                                         "cancelled").inc()
@@ -98,25 +100,17 @@ class ShadowRunner:
         except Exception:
             logger.exception("could not record the shadow of %s", calls[0].request_id)
 
-    async def _generate(self, route: Route, calls: list[EngineCall], ticket: Ticket) -> tuple[dict[int, list[int]], int]:
+    async def _generate(self, route: Route, calls: list[EngineCall], cache_salt: str | None,
+                        ticket: Ticket) -> tuple[dict[int, list[int]], int]:
         """The candidate's output per choice, and the prompt tokens it read; gives its slots back when done."""
         acquired = None
         try:
             acquired = await asyncio.wait_for(self.tiers.acquire(route.shadow.manifest), self.load_deadline_s)
             output: dict[int, list[int]] = {}
             for call in calls:
-                shadow_id = f"shadow-{call.request_id}"
-                steps = self.engine.generate(shadow_id, call.prompt_token_ids, call.params.clone(), acquired.adapter)
-                finished = False
-                try:
-                    async for step in steps:
-                        for delta in step:
-                            output.setdefault(delta.index + call.choice_offset, []).extend(delta.token_ids)
-                    finished = True
-                finally:
-                    if not finished:
-                        await steps.aclose()
-                        await self.engine.abort(shadow_id)
+                copy = replace(call, request_id=f"shadow-{call.request_id}", params=call.params.clone())
+                async for delta in engine_deltas(self.engine, acquired.adapter, copy, cache_salt):
+                    output.setdefault(delta.index + call.choice_offset, []).extend(delta.token_ids)
             return output, sum(len(c.prompt_token_ids) for c in calls)
         finally:
             if acquired is not None:

@@ -105,3 +105,4 @@ async def test_dashboard_data_has_the_routing_panel(fake_client, published):
     [rollout] = panel["rollouts"]
     assert rollout["name"] == "sql" and rollout["arms"][1]["requests"] == 1
     assert panel["breakers"] == {"sql@2": "closed"}
+
