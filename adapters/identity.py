@@ -56,10 +56,6 @@ class ModelRef:
     version: int | None = None
     alias: str | None = None
 
-    @property
-    def is_pinned(self) -> bool:
-        return self.version is not None
-
     def __str__(self) -> str:
         if self.version is not None:
             return version_label(self.name, self.version)

@@ -156,7 +156,6 @@ class RegistryIndex:
     def __init__(self, url: str | Path):
         self.url = str(url)
         self._db = open_database(url, busy_timeout_s=BUSY_TIMEOUT_S)
-        self.where = self._db.where
         try:
             if self._db.dialect == "sqlite":
                 self._db.execute("PRAGMA journal_mode=WAL")
@@ -177,27 +176,21 @@ class RegistryIndex:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _read(self) -> AbstractContextManager[Database]:
-        # One consistent snapshot, the newest commit of any process.
+    def reading(self) -> AbstractContextManager[Database]:
+        """A read transaction: one consistent snapshot, the newest commit of any process. Also for stores that keep
+        their tables in the index (adapters/rollouts.py)."""
         return self._db.read()
 
-    def _write(self) -> AbstractContextManager[Database]:
-        return self._db.write(LOCK_KEY)
-
-    def reading(self) -> AbstractContextManager[Database]:
-        """A read transaction on the index, for stores that keep their tables in it (adapters/rollouts.py)."""
-        return self._read()
-
     def writing(self) -> AbstractContextManager[Database]:
-        """A write transaction on the index (the write lock taken up front)."""
-        return self._write()
+        """A write transaction (the write lock taken up front)."""
+        return self._db.write(LOCK_KEY)
 
     # Versions
 
     def reserve_version(self, name: str, content_hash: str, description: str = "") -> Reservation:
         """The next version number of `name`, or the newest version if its content is `content_hash`."""
         check_name(name)
-        with self._write() as db:
+        with self.writing() as db:
             db.execute("INSERT INTO adapters (name, description, created_at) VALUES (?, '', ?) "
                        "ON CONFLICT (name) DO NOTHING", (name, utc_now()))
             if description:
@@ -216,7 +209,7 @@ class RegistryIndex:
 
     def commit_version(self, manifest: Manifest) -> None:
         """Publish a reserved version; moves `stable` to the newest version unless it was promoted explicitly."""
-        with self._write() as db:
+        with self.writing() as db:
             updated = db.execute(
                 "UPDATE versions SET state = 'ready', content_hash = ?, manifest_json = ?, created_at = ? "
                 "WHERE name = ? AND version = ? AND state = 'pending'",
@@ -234,7 +227,7 @@ class RegistryIndex:
 
     def release_version(self, name: str, version: int) -> None:
         """Drop a reservation whose upload failed; its number is not reused."""
-        with self._write() as db:
+        with self.writing() as db:
             db.execute("DELETE FROM versions WHERE name = ? AND version = ? AND state = 'pending'", (name, version))
 
     def add_version(self, manifest: Manifest) -> Manifest:
@@ -247,7 +240,7 @@ class RegistryIndex:
         return recorded
 
     def get(self, name: str, version: int) -> Manifest:
-        with self._read() as db:
+        with self.reading() as db:
             row = db.execute("SELECT manifest_json FROM versions WHERE name = ? AND version = ? AND state = 'ready'",
                              (name, version)).fetchone()
         if row is None:
@@ -256,7 +249,7 @@ class RegistryIndex:
 
     def versions(self, name: str) -> list[Manifest]:
         """Ready versions of `name`, oldest first."""
-        with self._read() as db:
+        with self.reading() as db:
             rows = db.execute("SELECT manifest_json FROM versions WHERE name = ? AND state = 'ready' "
                               "ORDER BY version", (name,)).fetchall()
         return [Manifest.model_validate_json(row[0]) for row in rows]
@@ -267,18 +260,18 @@ class RegistryIndex:
 
     def names(self) -> list[str]:
         """Names with at least one ready version, sorted."""
-        with self._read() as db:
+        with self.reading() as db:
             rows = db.execute("SELECT DISTINCT name FROM versions WHERE state = 'ready' ORDER BY name").fetchall()
         return [row[0] for row in rows]
 
     def description(self, name: str) -> str:
-        with self._read() as db:
+        with self.reading() as db:
             row = db.execute("SELECT description FROM adapters WHERE name = ?", (name,)).fetchone()
         return row[0] if row else ""
 
     def delete_version(self, name: str, version: int) -> None:
         """Remove a version from the index; refused while an alias points at it."""
-        with self._write() as db:
+        with self.writing() as db:
             exists = db.execute("SELECT 1 FROM versions WHERE name = ? AND version = ? AND state = 'ready'",
                                 (name, version)).fetchone()
             if exists is None:
@@ -298,7 +291,7 @@ class RegistryIndex:
         check_name(name)
         check_alias(alias)
         check_version(version)
-        with self._write() as db:
+        with self.writing() as db:
             exists = db.execute("SELECT 1 FROM versions WHERE name = ? AND version = ? AND state = 'ready'",
                                 (name, version)).fetchone()
             if exists is None:
@@ -313,18 +306,18 @@ class RegistryIndex:
                 self._end_rollout(db, name, "promoted", f"stable promoted to {version_label(name, version)}")
 
     def alias_target(self, name: str, alias: str) -> int | None:
-        with self._read() as db:
+        with self.reading() as db:
             row = db.execute("SELECT version FROM aliases WHERE name = ? AND alias = ?", (name, alias)).fetchone()
         return row[0] if row else None
 
     def aliases(self, name: str) -> dict[str, int]:
-        with self._read() as db:
+        with self.reading() as db:
             rows = db.execute("SELECT alias, version FROM aliases WHERE name = ? ORDER BY alias", (name,)).fetchall()
         return dict(rows)
 
     def previous_target(self, name: str, alias: str = STABLE) -> int | None:
         """Where `rollback` would move `alias` now (None: nowhere); moves nothing."""
-        with self._read() as db:
+        with self.reading() as db:
             current = db.execute("SELECT version FROM aliases WHERE name = ? AND alias = ?",
                                  (name, alias)).fetchone()
             if current is None:
@@ -334,13 +327,13 @@ class RegistryIndex:
         return next((version for (version,) in history if version != current[0]), None)
 
     def is_explicit(self, name: str, alias: str) -> bool:
-        with self._read() as db:
+        with self.reading() as db:
             row = db.execute("SELECT explicit FROM aliases WHERE name = ? AND alias = ?", (name, alias)).fetchone()
         return bool(row and row[0])
 
     def rollback(self, name: str, alias: str = STABLE) -> int:
         """Move `alias` back to its previous target and return it; the alias becomes explicit."""
-        with self._write() as db:
+        with self.writing() as db:
             current = db.execute("SELECT version FROM aliases WHERE name = ? AND alias = ?",
                                  (name, alias)).fetchone()
             if current is None:

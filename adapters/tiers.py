@@ -81,8 +81,6 @@ class EngineTiers(Protocol):
     """What the server asks of the tiers in front of its engine: `AdapterTiers`, or the scale-out mode's view of
     tiers each engine replica keeps for itself."""
 
-    def is_pinned(self, manifest: Manifest) -> bool: ...
-
     async def acquire(self, manifest: Manifest) -> Acquired: ...
 
     def release(self, acquired: Acquired) -> None: ...
@@ -113,9 +111,6 @@ class AdapterTiers:
         self._prefetched: set[int] = set()  # loaded ahead of a waiting request that has not acquired it yet
         self._loads_in_flight = 0
         self._engine_lock = asyncio.Lock()
-
-    def is_pinned(self, manifest: Manifest) -> bool:
-        return manifest.name in self._pinned
 
     async def acquire(self, manifest: Manifest) -> Acquired:
         """The adapter, loaded into the engine's CPU cache; call `release` when its request ends."""

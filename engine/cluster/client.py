@@ -147,9 +147,6 @@ class ClusterTiers:
     def __init__(self, client: RayEngineClient):
         self._client = client
 
-    def is_pinned(self, manifest: Manifest) -> bool:
-        return False
-
     async def acquire(self, manifest: Manifest) -> Acquired:
         self._client.remember(manifest)
         # Not a local folder: the replica that runs the request fetches its own copy.
