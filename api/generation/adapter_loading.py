@@ -18,6 +18,25 @@ from engine.types import EngineError
 logger = logging.getLogger(__name__)
 
 
+class AdapterLoadFailed(Exception):
+    """A version that could not be brought into the engine: `invalid` when it failed validation (the version
+    itself is bad), otherwise the store, the disk or the engine failed. `http()` is what the caller is told."""
+
+    def __init__(self, served_id: str, detail: str, invalid: bool):
+        super().__init__(f"{served_id}: {detail}")
+        self.served_id, self.detail, self.invalid = served_id, detail, invalid
+
+    @property
+    def status(self) -> int:
+        return 500 if self.invalid else 503
+
+    def http(self) -> OpenAIError:
+        if self.invalid:
+            return OpenAIError(500, f"Adapter {self.served_id} failed validation: {self.detail}", code="adapter_invalid")
+        return OpenAIError(503, f"Adapter {self.served_id} could not be loaded: {self.detail}",
+                           code="adapter_load_failed")
+
+
 class AdapterLoader:
     """`tiers` None: no adapter tiers (the fake engine of HTTP-layer tests), every request runs on the base."""
 
@@ -41,8 +60,7 @@ class AdapterLoader:
             logger.debug("prefetch failed: %s", task.exception())
 
     async def enter(self, served: ServedModel, account: RequestAccount) -> LocatedAdapter | None:
-        """The adapter to run with (None for the base model); 500 if it fails validation, 503 if it cannot
-        be loaded."""
+        """The adapter to run with (None for the base model); AdapterLoadFailed if it cannot be loaded."""
         if served.manifest is None or self.tiers is None:
             return None
         tiers = self.tiers
@@ -50,10 +68,8 @@ class AdapterLoader:
             try:
                 acquired = await tiers.acquire(served.manifest)
             except AdapterValidationError as e:
-                raise OpenAIError(500, f"Adapter {served.id} failed validation: {'; '.join(e.problems)}",
-                                  code="adapter_invalid") from e
+                raise AdapterLoadFailed(served.id, "; ".join(e.problems), invalid=True) from e
             except (EngineError, OSError, ValueError) as e:
-                raise OpenAIError(503, f"Adapter {served.id} could not be loaded: {e}",
-                                  code="adapter_load_failed") from e
+                raise AdapterLoadFailed(served.id, str(e), invalid=False) from e
         account.cleanups.append(lambda a: tiers.release(acquired))
         return acquired.adapter

@@ -27,7 +27,7 @@ from adapters.registry import Registry
 from adapters.rollouts import CANDIDATE_ARM, ArmOutcome, FallbackChain, Rollout, RolloutStore
 from api.errors import OpenAIError
 from api.generation.accounting import RequestAccount
-from api.generation.adapter_loading import AdapterLoader
+from api.generation.adapter_loading import AdapterLoader, AdapterLoadFailed
 from api.generation.resolve import ServedModel, Visibility
 from api.observability.outcome import RequestOutcome
 from api.routing.breaker import Breakers
@@ -42,8 +42,6 @@ logger = logging.getLogger(__name__)
 
 ROUTE_HEADER = "x-loraplex-route"
 FALLBACK_HEADER = "x-loraplex-fallback"
-# Load failures that the next version of the chain may answer instead (anything else is the request's own fault).
-LOAD_FAILURES = ("adapter_invalid", "adapter_load_failed", "adapter_load_timeout", "adapter_missing")
 
 
 @dataclass
@@ -210,12 +208,7 @@ class TrafficRouter:
                 continue
             try:
                 adapter = await asyncio.wait_for(loader.enter(served, account), self.config.adapter_load_deadline_s)
-            except (OpenAIError, asyncio.TimeoutError) as e:
-                if isinstance(e, OpenAIError) and e.code not in LOAD_FAILURES:
-                    if breaker is not None:
-                        breaker.abandon()
-                    raise
-                reason = "load_timeout" if isinstance(e, asyncio.TimeoutError) else "load_failed"
+            except (AdapterLoadFailed, asyncio.TimeoutError) as e:
                 if breaker is not None:
                     breaker.failure()
                 if last:
@@ -223,8 +216,9 @@ class TrafficRouter:
                         raise OpenAIError(503, f"Adapter {served.id} did not load within "
                                           f"{self.config.adapter_load_deadline_s:g}s.",
                                           code="adapter_load_timeout") from e
-                    raise
-                self._fell_back(route, served, reason, e.status if isinstance(e, OpenAIError) else 503)
+                    raise e.http() from e
+                self._fell_back(route, served, "load_timeout" if isinstance(e, asyncio.TimeoutError) else "load_failed",
+                                e.status if isinstance(e, AdapterLoadFailed) else 503)
                 continue
             except BaseException:  # cancelled (the client left) or unforeseen: no verdict on the version
                 if breaker is not None:

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 from adapters.index import RegistryIndex
 from adapters.rollouts import FallbackChain, RolloutGuard, RolloutStore
 from api.errors import OpenAIError
+from api.generation.adapter_loading import AdapterLoadFailed
 from api.generation.accounting import OutcomeSink, RequestAccount
 from api.generation.resolve import ServedModel, everything
 from api.routing.config import RoutingConfig
@@ -37,7 +38,7 @@ class Loader:
     async def enter(self, served: ServedModel, account):
         self.asked.append(served.id)
         if served.id in self.failing:
-            raise OpenAIError(503, f"Adapter {served.id} could not be loaded", code="adapter_load_failed")
+            raise AdapterLoadFailed(served.id, "the store is down", invalid=False)
         return None
 
 
