@@ -5,10 +5,10 @@ machine the test process itself can be seconds late (measured: a client thread b
 `httpx.Client` 4.5 s late while the server answered a fresh process in 2 ms). So the engine's processes are
 stopped (SIGSTOP) while the test acts, and let run only in short pulses:
 
-    with EngineGate.of(server_pid) as gate:            # the engine is held: no token is generated
-        reader = StreamReader.open(...)                # the request reaches the engine, which cannot run it
-        gate.pulse_until(lambda: reader.chunks)        # a first chunk, and at most a pulse's tokens more
-        ...                                            # drop, kill, signal: the stream cannot end meanwhile
+    with EngineGate.of(server_pid) as gate:              # the engine is held: no token is generated
+        stream = StreamReader(url, headers, body)        # the request reaches the engine, which cannot run it
+        gate.pulse_until(lambda: bool(stream.chunks))    # a first chunk, and at most a pulse's tokens more
+        stream.drop()                                    # drop, kill, signal: the stream cannot end meanwhile
     # released here whatever happened
 
 The HTTP server, admission, the ledger and Ray keep running while the engine is held; only generation (and
@@ -29,8 +29,8 @@ import httpx
 
 from tests.conftest import _alive, _descendants
 
-PULSE_S = 0.02  # how long one pulse lets the engine run: a few steps of the tiny model
-SETTLE_S = 0.2  # how long a held engine's last outputs are given to reach the condition before the next pulse
+PULSE_S = 0.03  # how long one pulse lets the engine run: a few steps of the tiny model
+SETTLE_S = 0.1  # how long a held engine's last outputs are given to reach the condition before the next pulse
 
 
 class EngineGate:
@@ -40,7 +40,6 @@ class EngineGate:
         self.pids = sorted(pids)
         if not self.pids:
             raise RuntimeError("no engine processes to hold")
-        self.held = False
 
     @classmethod
     def of(cls, parent_pid: int) -> EngineGate:
@@ -48,18 +47,16 @@ class EngineGate:
 
     def hold(self) -> None:
         self._signal(signal.SIGSTOP)
-        self.held = True
 
     def release(self) -> None:
         self._signal(signal.SIGCONT)
-        self.held = False
 
     def pulse(self, seconds: float = PULSE_S) -> None:
         self.release()
         time.sleep(seconds)
         self.hold()
 
-    def pulse_until(self, condition: Callable[[], bool], timeout_s: float = 120, pulse_s: float = PULSE_S) -> None:
+    def pulse_until(self, condition: Callable[[], bool], timeout_s: float = 300, pulse_s: float = PULSE_S) -> None:
         """Pulses until `condition` holds, looking after each pulse with the engine held (so the condition sees
         a state that cannot move on)."""
         deadline = time.monotonic() + timeout_s
