@@ -9,11 +9,10 @@ Versions are numbered 1, 2, 3... per name and never reused, even after a delete.
 number (a `pending` row readers ignore), uploads the files, then commits the manifest; an abandoned
 reservation just leaves a gap.
 
-Aliases name a version (`NAME:ALIAS`). `stable`, which a bare `NAME` resolves to, follows a rule:
-it tracks the newest version (each commit moves it) until someone promotes `stable` explicitly; from then
-on only promote and rollback move it. Every move of an alias, implicit or explicit, is recorded, and
-rollback moves it back to the target it had before the current one (and makes it explicit). A version
-that any alias points at cannot be deleted.
+Aliases name a version (`NAME:ALIAS`). `stable`, which a bare `NAME` resolves to, points at a name's first
+version when it is published; from then on a new version never changes what serves: only promote (or a
+rollout's promotion) and rollback move `stable`. Every move of an alias is recorded, and rollback moves it back
+to the target it had before the current one. A version that any alias points at cannot be deleted.
 """
 
 from __future__ import annotations
@@ -208,7 +207,7 @@ class RegistryIndex:
         return Reservation(version=version)
 
     def commit_version(self, manifest: Manifest) -> None:
-        """Publish a reserved version; moves `stable` to the newest version unless it was promoted explicitly."""
+        """Publish a reserved version; the first version of a name becomes its `stable`, later ones do not."""
         with self.writing() as db:
             updated = db.execute(
                 "UPDATE versions SET state = 'ready', content_hash = ?, manifest_json = ?, created_at = ? "
@@ -217,13 +216,10 @@ class RegistryIndex:
                  manifest.version)).rowcount
             if updated != 1:
                 raise VersionNotFound(f"no reservation for {manifest.name}@{manifest.version}")
-            stable = db.execute("SELECT version, explicit FROM aliases WHERE name = ? AND alias = ?",
+            stable = db.execute("SELECT version FROM aliases WHERE name = ? AND alias = ?",
                                 (manifest.name, STABLE)).fetchone()
-            if stable is None or not stable[1]:
-                (newest,) = db.execute("SELECT MAX(version) FROM versions WHERE name = ? AND state = 'ready'",
-                                       (manifest.name,)).fetchone()
-                if stable is None or stable[0] != newest:
-                    self._move_alias(db, manifest.name, STABLE, newest, explicit=False)
+            if stable is None:
+                self._move_alias(db, manifest.name, STABLE, manifest.version, explicit=False)
 
     def release_version(self, name: str, version: int) -> None:
         """Drop a reservation whose upload failed; its number is not reused."""

@@ -14,6 +14,7 @@ from adapters.demo.assets import DemoConfig, ensure_demo_assets
 from adapters.home import demo_home
 from adapters.identity import STABLE, parse_model_ref, version_label
 from adapters.registry import Registry, RegistryConfig
+from adapters.rollouts import RolloutStore
 from adapters.validation import AdapterValidationError
 from api.cli.flags import add_config_arguments, config_from_args
 from api.cli.rollouts import (
@@ -47,12 +48,20 @@ def add_adapters_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
     parser = subparsers.add_parser(
         "adapters", help="Publish and manage versioned LoRA adapters.",
         description="Publish LoRA adapters to the registry and manage their versions and aliases. A bare NAME "
-        "means its `stable` alias, which follows the newest version until a version is promoted to it.")
+        "means its `stable` alias: a name's first version becomes stable when it is pushed; a later push never "
+        "changes what serves until it is promoted (push --promote, promote) or rolled out (push --canary, "
+        "rollout).")
     actions = parser.add_subparsers(dest="adapters_command", required=True, metavar="ACTION")
     push = actions.add_parser("push", parents=[common], help="Validate a PEFT folder and publish it as a new version.")
     push.add_argument("path", type=Path, metavar="PATH", help="PEFT LoRA folder (adapter_config.json + safetensors).")
     push.add_argument("--name", required=True, help="Adapter name.")
     push.add_argument("--description", default="", help="Free text shown in listings.")
+    goes_live = push.add_mutually_exclusive_group()
+    goes_live.add_argument("--promote", action="store_true", help="Also make the pushed version NAME's stable "
+                           "(ends NAME's rollout). Without it (or --canary) a name that has a stable version keeps "
+                           "serving it.")
+    goes_live.add_argument("--canary", type=float, default=None, metavar="P", help="Also start a canary: P%% of "
+                           "bare NAME's requests go to the pushed version (see `rollout`; default guard).")
     listing = actions.add_parser("list", parents=[common], help="List adapters, versions and aliases.")
     listing.add_argument("--json", action="store_true", help="Print JSON.")
     show = actions.add_parser("show", parents=[common], help="Show one version: NAME, NAME@V or NAME:ALIAS.")
@@ -114,11 +123,17 @@ def _versioned(ref: str) -> tuple[str, int]:
 def _push(registry: Registry, args: argparse.Namespace) -> int:
     manifest, created = registry.push_with_status(args.path, args.name, args.description)
     if created:
-        stable = registry.index.alias_target(manifest.name, STABLE)
-        print(f"pushed {manifest.label} (content {manifest.content_hash[:12]}, {manifest.size_bytes} bytes); "
-              f"stable -> {version_label(manifest.name, stable)}")
+        print(f"pushed {manifest.label} (content {manifest.content_hash[:12]}, {manifest.size_bytes} bytes)")
     else:
         print(f"{manifest.label} already has this content; nothing pushed")
+    if args.promote:
+        registry.promote(manifest.name, manifest.version)
+    elif args.canary is not None:
+        rollout = RolloutStore(registry.index).start(manifest.name, manifest.version, args.canary)
+        print(f"rollout {rollout.id}: {args.canary:g}% of {manifest.name} -> {rollout.candidate_label} (canary), "
+              f"stable {rollout.stable_label}")
+    stable = registry.index.alias_target(manifest.name, STABLE)
+    print(f"{manifest.name}:stable -> {version_label(manifest.name, stable)}")
     return 0
 
 

@@ -57,20 +57,22 @@ def test_reservations_are_invisible_and_numbers_never_reused(index):
     assert push(index, "a", "v2") == [3]
 
 
-def test_stable_tracks_newest_until_promoted(index):
+def test_stable_is_the_first_version_until_promoted(index):
     push(index, "a", "v1", "v2")
-    assert index.alias_target("a", "stable") == 2 and not index.is_explicit("a", "stable")
-    index.set_alias("a", "stable", 1)
+    assert index.alias_target("a", "stable") == 1  # a new version never changes what serves
+    index.set_alias("a", "stable", 2)
     push(index, "a", "v3")
-    assert index.alias_target("a", "stable") == 1 and index.is_explicit("a", "stable")
+    assert index.alias_target("a", "stable") == 2 and index.is_explicit("a", "stable")
     index.set_alias("a", "beta", 3)
-    assert index.aliases("a") == {"beta": 3, "stable": 1}
+    assert index.aliases("a") == {"beta": 3, "stable": 2}
 
 
 def test_rollback_walks_back_through_history(index):
     push(index, "a", "v1", "v2", "v3")
+    index.set_alias("a", "stable", 2)
+    index.set_alias("a", "stable", 3)
     assert index.rollback("a") == 2
-    push(index, "a", "v4")  # stable is explicit after a rollback, so the push leaves it
+    push(index, "a", "v4")  # a push never moves stable
     assert index.alias_target("a", "stable") == 2
     assert index.rollback("a") == 1
     with pytest.raises(NothingToRollBack, match="no earlier target"):
@@ -83,6 +85,7 @@ def test_rollback_walks_back_through_history(index):
 
 def test_delete_refused_while_an_alias_points_at_it(index):
     push(index, "a", "v1", "v2", "v3")
+    index.set_alias("a", "stable", 3)
     index.set_alias("a", "canary", 3)
     with pytest.raises(AliasInUse, match="alias canary, stable"):
         index.delete_version("a", 3)
@@ -157,4 +160,4 @@ def test_processes_allocate_distinct_versions(database_url):
     versions = sorted(int(v) for out in outputs for v in out.split())
     assert versions == list(range(1, 21))
     with RegistryIndex(path) as idx:
-        assert idx.alias_target("a", "stable") == 20
+        assert idx.alias_target("a", "stable") == 1

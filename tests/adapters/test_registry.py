@@ -38,12 +38,13 @@ def test_push_versions_and_dedupe(registry, copy_adapter, rewrite_tensors, tmp_p
     assert (again, created) == (first, False)
     second = registry.push(_changed(folder, rewrite_tensors), "sql-helper")
     assert second.version == 2 and second.content_hash != first.content_hash
-    assert registry.resolve(parse_model_ref("sql-helper")) == second
+    assert registry.resolve(parse_model_ref("sql-helper")) == first  # published, not serving: stable stays
+    assert registry.resolve(parse_model_ref("sql-helper@2")) == second
     for version in (1, 2):
         for name in ("adapter_config.json", "adapter_model.safetensors"):
             assert registry.store.exists(f"sql-helper/{version}/{name}")
     [summary] = registry.list()
-    assert (summary.name, summary.description, summary.aliases) == ("sql-helper", "writes SQL", {"stable": 2})
+    assert (summary.name, summary.description, summary.aliases) == ("sql-helper", "writes SQL", {"stable": 1})
     assert [m.version for m in summary.versions] == [1, 2]
 
 

@@ -41,23 +41,25 @@ def adapter(tmp_path, demo_assets):
 
 def test_push_list_show_promote_rollback_delete(cli, adapter):
     code, out, _ = cli("push", adapter("sql-helper"), "--name", "sql", "--description", "writes SQL")
-    assert code == 0 and "pushed sql@1" in out and "stable -> sql@1" in out
+    assert code == 0 and "pushed sql@1" in out and "sql:stable -> sql@1" in out  # a new name serves at once
     code, out, _ = cli("push", adapter("sql-helper"), "--name", "sql")
     assert code == 0 and "sql@1 already has this content" in out
-    assert cli("push", adapter("support-bot"), "--name", "sql")[0] == 0
+    code, out, _ = cli("push", adapter("support-bot"), "--name", "sql")
+    assert code == 0 and "pushed sql@2" in out and "sql:stable -> sql@1" in out  # published, not serving
 
     code, out, _ = cli("list", "--json")
     [entry] = json.loads(out)
-    assert (entry["name"], entry["description"], entry["aliases"]) == ("sql", "writes SQL", {"stable": 2})
+    assert (entry["name"], entry["description"], entry["aliases"]) == ("sql", "writes SQL", {"stable": 1})
     assert [v["version"] for v in entry["versions"]] == [1, 2]
     code, out, _ = cli("list")
-    assert code == 0 and out.splitlines()[1].split()[:3] == ["sql", "1,2", "stable=2"]
+    assert code == 0 and out.splitlines()[1].split()[:3] == ["sql", "1,2", "stable=1"]
 
-    code, out, _ = cli("show", "sql@1", "--json")
-    assert json.loads(out)["manifest"]["rank"] == 8
+    code, out, _ = cli("show", "sql@2", "--json")
+    assert json.loads(out)["manifest"]["rank"] == 16
     code, out, _ = cli("show", "sql")
-    assert code == 0 and out.startswith("sql@2\n") and "rank: 16" in out
+    assert code == 0 and out.startswith("sql@1\n") and "rank: 8" in out
 
+    assert cli("promote", "sql@2")[1] == "sql:stable -> sql@2\n"
     assert cli("promote", "sql@1")[1] == "sql:stable -> sql@1\n"
     assert cli("promote", "sql@2", "--alias", "canary")[1] == "sql:canary -> sql@2\n"
     code, _, err = cli("delete", "sql@2")
@@ -111,3 +113,25 @@ def test_defaults_use_the_data_home_and_demo_model(cli, adapter, tmp_path, demo_
     assert code == 0 and "pushed poet@1" in out
     assert (home / "registry" / "index.sqlite").is_file()
     assert (home / "registry" / "blobs" / "poet" / "1" / "adapter_model.safetensors").is_file()
+
+
+def test_a_push_never_goes_live_by_accident(cli, adapter, capsys):
+    """The canary workflow: a new version is published beside stable, then rolled out, or promoted on purpose."""
+    assert cli("push", adapter("sql-helper"), "--name", "x")[0] == 0
+    code, out, _ = cli("push", adapter("support-bot"), "--name", "x")
+    assert code == 0 and "x:stable -> x@1" in out
+    code, out, err = cli("rollout", "x", "--candidate", "x@2", "--percent", "10")
+    assert code == 0, err
+    assert "10% of x -> x@2" in out and "stable x@1" in out
+    assert cli("abort", "x")[0] == 0
+
+    code, out, err = cli("push", adapter("poet"), "--name", "x", "--canary", "25")  # in one step
+    assert code == 0, err
+    assert "25% of x -> x@3 (canary), stable x@1" in out and "x:stable -> x@1" in out
+    assert cli("abort", "x")[0] == 0
+
+    code, out, _ = cli("push", adapter("sql-helper"), "--name", "x", "--promote")
+    assert code == 0 and "pushed x@4" in out and "x:stable -> x@4" in out
+    with pytest.raises(SystemExit) as refused:  # argparse refuses the pair before anything is pushed
+        cli("push", adapter("poet"), "--name", "x", "--promote", "--canary", "5")
+    assert refused.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
