@@ -57,6 +57,7 @@ class Sample:
     p99_ms: float | None
     ttft_p95_ms: float | None
     statuses: dict[str, int] = field(default_factory=dict)
+    rss_mib_by_process: dict[str, float] = field(default_factory=dict)  # "name pid" -> MiB: which one grows
 
 
 def process_tree(pid: int) -> list[int]:
@@ -83,6 +84,17 @@ def rss_mib(pids: list[int]) -> float:
         except OSError:
             continue
     return total / 1024
+
+
+def rss_mib_by_process(pids: list[int]) -> dict[str, float]:
+    out = {}
+    for pid in pids:
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        out[f"{name} {pid}"] = round(rss_mib([pid]), 1)
+    return out
 
 
 def open_fds(pid: int) -> int:
@@ -184,8 +196,10 @@ def sample(t_s: float, server_pid: int, window: list[Result]) -> Sample:
     statuses: dict[str, int] = {}
     for r in window:
         statuses[str(r.status)] = statuses.get(str(r.status), 0) + 1
-    return Sample(round(t_s, 1), round(rss_mib(process_tree(server_pid)), 1), open_fds(server_pid), len(window),
-                  percentile_ms(served, 50), percentile_ms(served, 99), percentile_ms(ttfts, 95), statuses)
+    pids = process_tree(server_pid)
+    return Sample(round(t_s, 1), round(rss_mib(pids), 1), open_fds(server_pid), len(window),
+                  percentile_ms(served, 50), percentile_ms(served, 99), percentile_ms(ttfts, 95), statuses,
+                  rss_mib_by_process(pids))
 
 
 def windows(results: list[Result], samples: list[Sample], window_s: float) -> list[dict]:
@@ -205,6 +219,7 @@ def windows(results: list[Result], samples: list[Sample], window_s: float) -> li
         out.append({"minutes": [round(lo / 60, 1), round(hi / 60, 1)], "requests": len(sent),
                     "served": sum(1 for r in sent if r.status == 200),
                     "rss_mib_last": taken[-1].rss_mib, "rss_mib_max": max(s.rss_mib for s in taken),
+                    "rss_mib_by_process_last": taken[-1].rss_mib_by_process,
                     "open_fds_last": taken[-1].open_fds, "open_fds_max": max(s.open_fds for s in taken),
                     "ttft_p95_ms": percentile_ms(ttfts, 95)})
     return out
