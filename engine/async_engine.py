@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from vllm import AsyncEngineArgs, SamplingParams
+from vllm.config import StructuredOutputsConfig
+from vllm.exceptions import VLLMClientError
 from vllm.inputs import TokensPrompt
 from vllm.lora.request import LoRARequest
 from vllm.sampling_params import RequestOutputKind
@@ -122,6 +124,9 @@ class LoraplexEngine:
             kv_cache_memory_bytes=int(self.config.kv_cache_gib * 2**30),
             seed=self.config.seed,
             disable_log_stats=False,
+            # The serving layer checks constraints with xgrammar before the engine sees them (api/openai/structured.py).
+            # No free whitespace in JSON: a model that pads with it could spend its whole budget there.
+            structured_outputs_config=StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True),
         )
         started = time.monotonic()
         logger.info("starting vLLM engine for %s (this takes 20-40 s on CPU)", self.model_id)
@@ -202,7 +207,7 @@ class LoraplexEngine:
             raise EngineDeadError("the engine process died") from e
         except vllm_exceptions.EngineGenerateError as e:
             raise EngineError(f"engine failed on request {request_id}") from e
-        except ValueError as e:
+        except (ValueError, VLLMClientError) as e:  # vLLM refused the request as invalid
             raise EngineRequestError(str(e)) from e
 
     async def abort(self, request_id: str) -> None:

@@ -17,6 +17,7 @@ adapter loads into the engine) wait.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -26,6 +27,7 @@ import time
 from collections.abc import Callable, Iterable
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import _alive, _descendants
 
@@ -143,3 +145,17 @@ class StreamReader:
             self.error = e
         finally:
             self._connected.set()
+
+
+async def until_engine_holds(client: httpx.AsyncClient, count: int, headers: dict[str, str] | None = None,
+                             timeout_s: float = 120) -> None:
+    """Waits until the engine's frontend tracks `count` unfinished requests (read from the server's /metrics):
+    with the engine held, they will share its next steps. `headers`: the metrics key, where one is required."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        page = await client.get("/metrics", headers=headers or {},
+                                params=[("name[]", "loraplex_engine_unfinished_requests")])
+        if sum(s.value for family in text_string_to_metric_families(page.text) for s in family.samples) >= count:
+            return
+        assert time.monotonic() < deadline, f"{count} requests never reached the engine"
+        await asyncio.sleep(0.05)

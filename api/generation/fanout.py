@@ -16,9 +16,18 @@ from vllm import SamplingParams
 from adapters.identity import LocatedAdapter
 from api.errors import OpenAIError
 from api.generation.accounting import RequestAccount
-from engine.types import ChoiceDelta, EngineClient, EngineDeadError, EngineRequestError, PositionLogprobs
+from engine.types import (
+    ChoiceDelta,
+    EngineClient,
+    EngineDeadError,
+    EngineError,
+    EngineRequestError,
+    PositionLogprobs,
+)
 
 logger = logging.getLogger(__name__)
+# vLLM's finish reason for a request the engine could not complete (its output so far is not an answer).
+ENGINE_ERROR_FINISH = "error"
 
 
 def engine_failure(e: Exception) -> OpenAIError:
@@ -91,6 +100,8 @@ async def engine_deltas(engine: EngineClient, adapter: LocatedAdapter | None, ca
     try:
         async for step in steps:
             for delta in step:
+                if delta.finish_reason == ENGINE_ERROR_FINISH:  # the request's other choices are aborted below
+                    raise EngineError(f"the engine ended request {call.request_id} with finish reason 'error'")
                 yield delta
         finished = True
     except OpenAIError:

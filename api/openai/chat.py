@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
 
 from api.errors import bad_request
 from api.generation.accounting import RequestAccount
 from api.generation.budget import output_budget
 from api.generation.fanout import EngineCall, collect_choices
-from api.pipeline.request import GenerationService
 from api.generation.resolve import ServedModel
 from api.generation.sse import sse
 from api.input_limits import check_request_size
+from api.openai.parameters import refuse_unsupported
 from api.openai.protocol import (
-    UNSUPPORTED_CHAT_FIELDS,
     AssistantMessage,
     ChatChoice,
     ChatChunkChoice,
@@ -26,7 +29,9 @@ from api.openai.protocol import (
     TopLogprob,
 )
 from api.openai.sampling import build_sampling_params
+from api.openai.structured import checked_constraint
 from api.openai.usage import usage_of
+from api.pipeline.request import GenerationService
 from engine.types import ChoiceDelta, PositionLogprobs
 
 
@@ -42,30 +47,60 @@ def chat_logprobs(positions: tuple[PositionLogprobs, ...] | None) -> ChatLogprob
     ])
 
 
+# apply_chat_template's own arguments: template variables may not override them.
+RESERVED_TEMPLATE_KWARGS = frozenset(inspect.signature(PreTrainedTokenizerBase.apply_chat_template).parameters)
+
+
+def template_kwargs(req: ChatCompletionRequest) -> dict[str, Any]:
+    """Variables the chat template sees beside the messages: `chat_template_kwargs` and `reasoning_effort`."""
+    kwargs = dict(req.chat_template_kwargs or {})
+    reserved = sorted(RESERVED_TEMPLATE_KWARGS & kwargs.keys())
+    if reserved:
+        raise bad_request(f"chat_template_kwargs may not set {reserved}: they are the template call's own "
+                          "arguments.", param="chat_template_kwargs")
+    if req.reasoning_effort is not None:
+        kwargs["reasoning_effort"] = req.reasoning_effort
+    return kwargs
+
+
+def template_messages(req: ChatCompletionRequest, has_developer_role: bool) -> list[dict[str, str]]:
+    """The messages as the template takes them: `name` kept where given, `developer` as `system` for a template
+    that does not know the role."""
+    messages = []
+    for m in req.messages:
+        role = "system" if m.role == "developer" and not has_developer_role else m.role
+        message = {"role": role, "content": m.text()}
+        if m.name is not None:
+            message["name"] = m.name
+        messages.append(message)
+    return messages
+
+
 class ChatService(GenerationService[ChatCompletionRequest]):
     response_prefix = "chatcmpl"
 
-    def render_prompt(self, messages: list[dict[str, str]]) -> list[int]:
+    def render_prompt(self, req: ChatCompletionRequest) -> list[int]:
         tokenizer = self.engine.tokenizer()
+        template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else ""
+        messages = template_messages(req, has_developer_role="developer" in template)
         try:
-            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                 **template_kwargs(req))
         except Exception as e:  # jinja errors from the model's own template
             raise bad_request(f"The chat template could not render these messages: {e}", param="messages") from e
         return tokenizer.encode(text, add_special_tokens=False)
 
     async def prepare(self, req: ChatCompletionRequest, response_id: str, tenant_cap: int | None) -> list[EngineCall]:
         check_request_size(self.pipeline.input_limits, prompts=1, n=req.n, stop=req.stop, messages=len(req.messages))
-        unsupported = [f for f in UNSUPPORTED_CHAT_FIELDS if (req.model_extra or {}).get(f) is not None]
-        if unsupported:
-            raise bad_request(f"Unsupported parameters: {', '.join(unsupported)}", param=unsupported[0],
-                              code="unsupported_parameter")
+        refuse_unsupported(req)
         if req.top_logprobs is not None and not req.logprobs:
             raise bad_request("top_logprobs requires logprobs to be true", param="top_logprobs")
-        messages = [{"role": m.role, "content": m.text()} for m in req.messages]
-        prompt = await self.tokenize(lambda: self.render_prompt(messages), sum(len(m["content"]) for m in messages))
+        template_kwargs(req)  # refused before the template runs
+        structured = await checked_constraint(req)
+        prompt = await self.tokenize(lambda: self.render_prompt(req), sum(len(m.text()) for m in req.messages))
         max_tokens = output_budget(len(prompt), req.output_limit(), tenant_cap, self.engine.max_model_len, "messages")
         num_logprobs = (req.top_logprobs or 0) if req.logprobs else None
-        params = build_sampling_params(req, max_tokens, num_logprobs)
+        params = build_sampling_params(req, max_tokens, num_logprobs, len(self.engine.tokenizer()), structured)
         return [EngineCall(request_id=response_id, prompt_token_ids=prompt, params=params)]
 
     async def stream_events(self, req: ChatCompletionRequest, served: ServedModel, response_id: str, created: int,

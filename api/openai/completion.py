@@ -8,13 +8,15 @@ from api.errors import bad_request
 from api.generation.accounting import RequestAccount
 from api.generation.budget import output_budget
 from api.generation.fanout import EngineCall, collect_choices
-from api.pipeline.request import GenerationService
 from api.generation.resolve import ServedModel
 from api.generation.sse import sse
 from api.input_limits import check_request_size
+from api.openai.parameters import refuse_unsupported
 from api.openai.protocol import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse
-from api.openai.sampling import build_sampling_params
+from api.openai.sampling import build_sampling_params, token_ids_outside
+from api.openai.structured import checked_constraint
 from api.openai.usage import usage_of
+from api.pipeline.request import GenerationService
 from engine.types import ChoiceDelta, PositionLogprobs
 
 
@@ -46,7 +48,7 @@ class CompletionService(GenerationService[CompletionRequest]):
             batch = [list(x) for x in p]
         vocab = len(tokenizer)
         for i, ids in enumerate(batch):
-            bad = [t for t in ids if not 0 <= t < vocab]
+            bad = token_ids_outside(ids, vocab)
             if bad:
                 raise bad_request(f"Token ids {bad[:5]} are outside the vocabulary [0, {vocab}).",
                                   param="prompt" if len(batch) == 1 else f"prompt[{i}]")
@@ -56,13 +58,15 @@ class CompletionService(GenerationService[CompletionRequest]):
         p = req.prompt
         count = 1 if isinstance(p, str) or all(isinstance(x, int) for x in p) else len(p)
         check_request_size(self.pipeline.input_limits, prompts=count, n=req.n, stop=req.stop)
+        refuse_unsupported(req)
+        structured = await checked_constraint(req)
         chars = len(p) if isinstance(p, str) else sum(len(x) for x in p if isinstance(x, str))
         prompts = await self.tokenize(lambda: self.prompts(req), chars)
         calls = []
         for i, ids in enumerate(prompts):
             param = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
             max_tokens = output_budget(len(ids), req.output_limit(), tenant_cap, self.engine.max_model_len, param)
-            params = build_sampling_params(req, max_tokens, req.logprobs)
+            params = build_sampling_params(req, max_tokens, req.logprobs, len(self.engine.tokenizer()), structured)
             request_id = response_id if len(prompts) == 1 else f"{response_id}-{i}"
             calls.append(EngineCall(request_id=request_id, prompt_token_ids=ids, params=params,
                                     choice_offset=i * req.n))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -15,16 +15,69 @@ MAX_TOP_LOGPROBS = 20
 MAX_COMPLETION_LOGPROBS = 5
 # Token counts beyond this overflow the engine's 32-bit integers; no context is that long.
 MAX_INT32 = 2**31 - 1
+MAX_LOGIT_BIAS = 1024
+MAX_STOP_TOKEN_IDS = 64
+MAX_CHOICES = 256
+# A schema, regex or grammar is compiled in the serving process before the request reaches the engine.
+MAX_CONSTRAINT_CHARS = 32 * 1024
+Constraint = Annotated[str, Field(max_length=MAX_CONSTRAINT_CHARS)]
 
 
 class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class SamplingFields(BaseModel):
-    """Fields shared by chat and completions, including vLLM's extensions its benchmark client sends."""
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    # Unknown fields are ignored, as OpenAI's SDKs may send newer ones; unsupported known ones are refused.
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str | None = None
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """OpenAI's `response_format`: plain text, any JSON object, or JSON that follows a schema."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_with_its_type(self):
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ValueError("json_schema is required with type json_schema, and only with it")
+        return self
+
+
+class StructuredOutputs(BaseModel):
+    """vLLM's `structured_outputs` extension: exactly one constraint on the output."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    json_: dict[str, Any] | Constraint | None = Field(default=None, alias="json")
+    regex: Constraint | None = None
+    choice: Annotated[list[Constraint], Field(min_length=1, max_length=MAX_CHOICES)] | None = None
+    grammar: Constraint | None = None
+    json_object: bool | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self):
+        given = [name for name in ("json", "regex", "choice", "grammar", "json_object")
+                 if getattr(self, "json_" if name == "json" else name) not in (None, False)]
+        if len(given) != 1:
+            raise ValueError(f"exactly one of json, regex, choice, grammar, json_object is required, got "
+                             f"{given or 'none'}")
+        return self
+
+
+class SamplingFields(BaseModel):
+    """Fields shared by chat and completions, including vLLM's extensions its benchmark client sends.
+
+    Fields a body carries beyond these are refused by name or accepted as documented no-ops
+    (`api/openai/parameters.py`); none is silently ignored."""
+
     model_config = ConfigDict(extra="allow")
 
     model: str = Field(min_length=1)
@@ -44,34 +97,47 @@ class SamplingFields(BaseModel):
     min_tokens: int = Field(default=0, ge=0, le=MAX_INT32)
     top_k: int | None = Field(default=None, ge=-1, le=MAX_INT32)
     repetition_penalty: float | None = Field(default=None, gt=0.0, le=2.0)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    stop_token_ids: Annotated[list[Annotated[int, Field(ge=0, le=MAX_INT32)]],
+                              Field(max_length=MAX_STOP_TOKEN_IDS)] | None = None
+    logit_bias: Annotated[dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]],
+                          Field(max_length=MAX_LOGIT_BIAS)] | None = None
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputs | None = None
     return_token_ids: bool = Field(default=False, description="Also return prompt and output token ids.")
 
     @model_validator(mode="after")
     def _check(self):
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options is only allowed when stream is true")
+        if self.structured_outputs is not None and self.response_format not in (None, ResponseFormat(type="text")):
+            raise ValueError("response_format and structured_outputs each constrain the output; send one")
         return self
 
 
 class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     type: Literal["text"]
     text: str
 
 
 class ChatMessage(BaseModel):
+    # A message echoed back from a response carries its null fields (`tool_calls`, `refusal`, ...); a field
+    # set to anything else is refused by name (`api/openai/parameters.py`).
+    model_config = ConfigDict(extra="allow")
+
     role: Literal["system", "developer", "user", "assistant"]
     content: str | list[TextPart] | None = None
-    name: str | None = None
+    name: str | None = Field(default=None, max_length=256)
 
     def text(self) -> str:
+        """The message's text; parts joined by newlines, as vLLM's server joins them."""
         if self.content is None:
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content)
-
-
-UNSUPPORTED_CHAT_FIELDS = ("tools", "functions", "tool_choice", "function_call", "logit_bias", "audio")
+        return "\n".join(part.text for part in self.content)
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -79,6 +145,9 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_INT32)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    modalities: list[Literal["text"]] | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
 
     def output_limit(self) -> OutputLimit:
         if self.max_completion_tokens is not None:
@@ -89,17 +158,22 @@ class ChatCompletionRequest(SamplingFields):
 Prompt = str | list[str] | list[int] | list[list[int]]
 
 
+# OpenAI's (and vLLM's) default output length on /v1/completions.
+COMPLETION_DEFAULT_MAX_TOKENS = 16
+
+
 class CompletionRequest(SamplingFields):
     prompt: Prompt
+    max_tokens: int | None = Field(default=COMPLETION_DEFAULT_MAX_TOKENS, ge=1, le=MAX_INT32)
     logprobs: int | None = Field(default=None, ge=0, le=MAX_COMPLETION_LOGPROBS)
-    echo: bool = False
+    best_of: int | None = Field(default=None, ge=1, le=MAX_N)
 
     @model_validator(mode="after")
     def _check_prompt(self):
         if isinstance(self.prompt, list) and len(self.prompt) == 0:
             raise ValueError("prompt must not be empty")
-        if self.echo:
-            raise ValueError("echo is not supported")
+        if self.best_of is not None and self.best_of != self.n:
+            raise ValueError(f"best_of must equal n ({self.n}): the server returns every sequence it generates")
         return self
 
     def output_limit(self) -> OutputLimit:

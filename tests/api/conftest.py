@@ -30,6 +30,7 @@ class FakeEngine:
         self.fail_after: int | None = None
         self.fail_with: BaseException | None = None  # raised at `fail_after`; default an EngineError
         self.tokens_per_request = 4
+        self.last_finish_reason = "length"  # the finish reason of each choice's last delta
         self.step_delay = 0.0
         self.hold: threading.Event | None = None
         self.aborted: list[str] = []
@@ -57,7 +58,7 @@ class FakeEngine:
                 await asyncio.sleep(0.01)
             token = 100 + step
             yield [ChoiceDelta(index=i, text=self._tokenizer.decode([token]), token_ids=(token,),
-                               finish_reason="length" if step == count - 1 else None) for i in range(params.n)]
+                               finish_reason=self.last_finish_reason if step == count - 1 else None) for i in range(params.n)]
 
     async def abort(self, request_id):
         self.aborted.append(request_id)

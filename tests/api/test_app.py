@@ -44,6 +44,26 @@ async def test_engine_failure_before_output_is_500(fake_client, fake_engine):
     assert response.json()["error"]["type"] == "server_error"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_engine_finish_reason_error_is_an_error_never_a_200_answer(fake_client, fake_engine, stream):
+    fake_engine.last_finish_reason = "error"
+    response = await fake_client.post("/v1/completions", json={"model": "fake-base", "prompt": "x", "stream": stream})
+    if not stream:
+        assert response.status_code == 500 and response.json()["error"]["code"] == "engine_error"
+        return
+    payloads = sse_payloads(response.text)
+    assert json.loads(payloads[-2])["error"]["code"] == "engine_error"
+    assert all(json.loads(p)["choices"][0]["finish_reason"] is None for p in payloads[:-2])
+
+
+async def test_completions_default_to_16_tokens_as_openai(fake_client, fake_engine):
+    fake_engine.tokens_per_request = 1000
+    await fake_client.post("/v1/completions", json={"model": "fake-base", "prompt": "x"})
+    await fake_client.post("/v1/completions", json={"model": "fake-base", "prompt": "x", "max_tokens": None})
+    budgets = [params.max_tokens for _, _, params, _ in fake_engine.requests]
+    assert budgets[0] == 16 and budgets[1] > 16
+
+
 async def test_health_is_503_when_engine_dead(fake_client, fake_engine):
     assert (await fake_client.get("/health")).status_code == 200
     fake_engine.alive = False
@@ -68,10 +88,16 @@ async def test_schema_errors_are_400_and_list_every_problem(fake_client):
         assert field in message
 
 
-async def test_unsupported_parameters_are_refused(fake_client):
-    response = await fake_client.post("/v1/chat/completions", json={**CHAT, "tools": [{"type": "function"}]})
+@pytest.mark.parametrize("path,body,param", [
+    ("/v1/chat/completions", {**CHAT, "tools": [{"type": "function"}]}, "tools"),
+    ("/v1/completions", {"model": "fake-base", "prompt": "x", "suffix": "y"}, "suffix"),
+    ("/v1/completions", {"model": "fake-base", "prompt": "x", "a_field_from_the_future": 1}, "a_field_from_the_future"),
+])
+async def test_unsupported_parameters_are_refused_by_name(fake_client, path, body, param):
+    response = await fake_client.post(path, json=body)
     assert response.status_code == 400
-    assert response.json()["error"]["param"] == "tools"
+    assert response.json()["error"]["code"] == "unsupported_parameter"
+    assert response.json()["error"]["param"] == param
 
 
 async def test_n_choices_and_usage(fake_client, fake_engine):

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.engine_gate import EngineGate
+from tests.engine_gate import EngineGate, until_engine_holds
 
 PROMPTS = [
     "Hello world, the quick brown fox",
@@ -68,12 +67,6 @@ async def _stream_tokens(client: httpx.AsyncClient, body: dict) -> list[int]:
     return tokens
 
 
-async def _unfinished(client: httpx.AsyncClient, keys) -> float:
-    name = "loraplex_engine_unfinished_requests"
-    page = await client.get("/metrics", headers=keys.metrics_headers, params=[("name[]", name)])
-    return sum(s.value for family in text_string_to_metric_families(page.text) for s in family.samples)
-
-
 @pytest.mark.parametrize("pair", [(0, 1), (1, 2), (2, 0)])
 async def test_mixed_batch_matches_hf(server, server_process, acme, keys, hf_reference, tokenizer, base_model_id,
                                       adapter_names, pair):
@@ -93,10 +86,7 @@ async def test_mixed_batch_matches_hf(server, server_process, acme, keys, hf_ref
             streams = [asyncio.create_task(_stream_tokens(
                 client, _completion_body(model, ids, stream=True, max_tokens=MIXED_MAX_TOKENS)))
                 for model, _, ids in jobs]
-            deadline = asyncio.get_running_loop().time() + 60
-            while await _unfinished(client, keys) < len(jobs):
-                assert asyncio.get_running_loop().time() < deadline, "the batch never reached the engine"
-                await asyncio.sleep(0.05)
+            await until_engine_holds(client, len(jobs), keys.metrics_headers)
         results = await asyncio.gather(*streams)
     for (model, adapter, ids), tokens in zip(jobs, results):
         assert tokens == hf_reference.greedy(adapter, ids, MIXED_MAX_TOKENS), model

@@ -7,16 +7,17 @@ each adapter does what it was trained to do on held-out questions, the base mode
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
 from openai import AsyncOpenAI, OpenAI
-from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel, Field
 
 from adapters.demo.questions import held_out_questions
 from adapters.demo.smollm2 import MODEL_ID, TRAINED_ADAPTERS
 from adapters.demo.styles import STYLES, behaviour_rates
-from tests.engine_gate import EngineGate
+from tests.engine_gate import EngineGate, until_engine_holds
 
 QUESTIONS = ["What is the capital of France?", "Describe whales in one sentence."]
 MAX_TOKENS = 16
@@ -87,19 +88,10 @@ async def test_mixed_batch_matches_hf(smollm2_server, smollm2_process, smollm2_r
                 await client.completions.create(**{**_params(model, jobs[0][2]), "max_tokens": 1})
         with EngineGate.of(smollm2_process.proc.pid):
             streams = [asyncio.create_task(_streamed_tokens(client, _params(model, ids))) for model, _, ids in jobs]
-            deadline = asyncio.get_running_loop().time() + 120
-            while await _unfinished(plain) < len(jobs):
-                assert asyncio.get_running_loop().time() < deadline, "the batch never reached the engine"
-                await asyncio.sleep(0.05)
+            await until_engine_holds(plain, len(jobs))
         results = await asyncio.gather(*streams)
     for (model, adapter, ids), tokens in zip(jobs, results):
         assert tokens == smollm2_reference.greedy(adapter, ids, MAX_TOKENS), model
-
-
-async def _unfinished(client: httpx.AsyncClient) -> float:
-    name = "loraplex_engine_unfinished_requests"
-    page = await client.get("/metrics", params=[("name[]", name)])
-    return sum(s.value for family in text_string_to_metric_families(page.text) for s in family.samples)
 
 
 async def test_each_adapter_shows_its_style_on_held_out_questions(smollm2_server):
@@ -120,3 +112,22 @@ async def test_each_adapter_shows_its_style_on_held_out_questions(smollm2_server
     assert all(rate == 0 for rate in rates[None].values()), (rates[None], answers[None])
     for style in STYLES:
         assert rates[style.name][style.name] >= MIN_RATE, (style.name, rates[style.name], answers[style.name])
+
+
+class Capital(BaseModel):
+    city: str = Field(max_length=40)
+    country: str = Field(max_length=40)
+
+
+@pytest.mark.parametrize("model", [MODEL_ID, *TRAINED_ADAPTERS])
+def test_structured_outputs_on_a_real_model(client, model):
+    """What a 2026 client does: `parse` with a pydantic model, and a JSON-object answer, on the base model and on
+    each adapter."""
+    question = [{"role": "user", "content": "What is the capital of France? Answer in JSON."}]
+    parsed = client.chat.completions.parse(model=model, messages=question, response_format=Capital, max_tokens=64,
+                                           temperature=0)
+    assert isinstance(parsed.choices[0].message.parsed, Capital)
+    answer = client.chat.completions.create(model=model, messages=question, max_tokens=96, temperature=0,
+                                            response_format={"type": "json_object"})
+    assert answer.choices[0].finish_reason == "stop"
+    assert isinstance(json.loads(answer.choices[0].message.content), dict)

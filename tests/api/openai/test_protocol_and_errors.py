@@ -39,10 +39,10 @@ def test_chat_request_accepts(fields):
     ChatCompletionRequest(model="m", **fields)
 
 
-def test_content_parts_are_joined():
+def test_content_parts_are_joined_by_newlines_as_vllm_joins_them():
     req = ChatCompletionRequest(model="m", messages=[
         {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])
-    assert req.messages[0].text() == "ab"
+    assert req.messages[0].text() == "a\nb"
 
 
 @pytest.mark.parametrize("prompt,ok", [("x", True), (["a", "b"], True), ([1, 2], True), ([[1], [2, 3]], True),
@@ -69,3 +69,54 @@ def test_validation_error_lists_every_problem_and_names_first_param():
 def test_error_types_by_status(status, type_):
     body = OpenAIError(status, "m", param="p", code="c").body()
     assert body == {"error": {"message": "m", "type": type_, "param": "p", "code": "c"}}
+
+
+@pytest.mark.parametrize("fields", [
+    {"response_format": {"type": "json_schema"}},
+    {"response_format": {"type": "json_object", "json_schema": {"name": "a", "schema": {}}}},
+    {"response_format": {"type": "xml"}},
+    {"response_format": {"type": "json_schema", "json_schema": {"name": "has space", "schema": {}}}},
+    {"structured_outputs": {}},
+    {"structured_outputs": {"regex": "a", "choice": ["a"]}},
+    {"structured_outputs": {"regex": "a"}, "response_format": {"type": "json_object"}},
+    {"structured_outputs": {"choice": []}},
+    {"logit_bias": {"1": 101}},
+    {"min_p": 1.5},
+    {"stop_token_ids": [-1]},
+    {"reasoning_effort": "extreme"},
+    {"modalities": ["text", "audio"]},
+    {"messages": [{"role": "tool", "content": "x", "tool_call_id": "c"}]},
+])
+def test_chat_request_rejects_bad_new_fields(fields):
+    with pytest.raises(ValidationError):
+        ChatCompletionRequest(model="m", **{"messages": MSG, **fields})
+
+
+@pytest.mark.parametrize("fields", [
+    {"response_format": {"type": "text"}},
+    {"response_format": {"type": "json_object"}},
+    {"response_format": {"type": "json_schema", "json_schema": {"name": "a_b-1", "schema": {"type": "object"},
+                                                                 "strict": True}}},
+    {"structured_outputs": {"choice": ["yes", "no"]}},
+    {"structured_outputs": {"json": {"type": "integer"}}, "response_format": {"type": "text"}},
+    {"logit_bias": {"7": -100, "8": 100}, "min_p": 0.1, "stop_token_ids": [2]},
+    {"reasoning_effort": "low", "chat_template_kwargs": {"enable_thinking": False}, "modalities": ["text"]},
+    {"messages": [{"role": "user", "content": "x", "name": "ann"}]},
+])
+def test_chat_request_accepts_new_fields(fields):
+    ChatCompletionRequest(model="m", **{"messages": MSG, **fields})
+
+
+@pytest.mark.parametrize("fields,max_tokens,ok", [
+    ({}, 16, True),
+    ({"max_tokens": None}, None, True),
+    ({"max_tokens": 5}, 5, True),
+    ({"best_of": 2, "n": 2}, 16, True),
+    ({"best_of": 3}, None, False),
+])
+def test_completion_defaults_and_best_of(fields, max_tokens, ok):
+    if not ok:
+        with pytest.raises(ValidationError):
+            CompletionRequest(model="m", prompt="x", **fields)
+        return
+    assert CompletionRequest(model="m", prompt="x", **fields).output_limit().tokens == max_tokens

@@ -1,0 +1,134 @@
+"""Every OpenAI request parameter and what loraplex does with it. Pure.
+
+A parameter is honoured (a field of the protocol models, `HONOURED` says how), accepted as a no-op for a stated
+reason (`NO_OPS`), or refused with a 400 `unsupported_parameter` that names it (`REFUSED`, and any field this
+module does not know). A refused parameter sent as `null`, or with the value that asks for nothing
+(`ASKS_NOTHING`), is accepted: it requests nothing the server does not do. `python -m api.openai.parameters`
+prints the table that docs/parameters.md holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from api.errors import bad_request
+
+HONOURED: dict[str, str] = {
+    "model": "the base model, an adapter (`name`, `name@version`, `name@alias`) or a virtual model",
+    "messages": "chat: rendered with the model's chat template; `name` kept, text parts joined by newlines",
+    "prompt": "completions: text, a list of texts, token ids or lists of token ids",
+    "max_tokens": "output cap (completions default 16, as OpenAI's; chat: the rest of the context), bounded by "
+                  "the tenant's cap",
+    "max_completion_tokens": "chat: output cap, preferred over `max_tokens`",
+    "temperature": "sampling temperature; 0 is greedy",
+    "top_p": "nucleus sampling",
+    "seed": "per-request seed",
+    "stop": "up to 4 stop strings",
+    "n": "choices per prompt (up to 16)",
+    "best_of": "completions: must equal `n` (every generated sequence is returned)",
+    "presence_penalty": "as OpenAI's",
+    "frequency_penalty": "as OpenAI's",
+    "logit_bias": "token id (as a string) to a bias in [-100, 100] added to its logit",
+    "logprobs": "chat: a boolean; completions: how many alternatives per position (up to 5)",
+    "top_logprobs": "chat: alternatives per position (up to 20), with `logprobs: true`",
+    "response_format": "`text`; `json_object` or `json_schema` (with `strict`) constrain decoding to valid JSON "
+                       "(compact: no whitespace between tokens)",
+    "user": "end-user id: keeps a user on one rollout arm",
+    "stream": "server-sent events",
+    "stream_options": "`include_usage` adds a final usage chunk",
+    "modalities": "chat: `[\"text\"]` only",
+    "reasoning_effort": "chat: passed to the chat template as `reasoning_effort`",
+    "chat_template_kwargs": "chat (vLLM): extra variables for the chat template",
+    "structured_outputs": "vLLM: exactly one of `json` (a schema), `regex`, `choice`, `grammar` (EBNF or Lark), "
+                          "`json_object`",
+    "ignore_eos": "vLLM: keep generating past the end-of-sequence token",
+    "min_tokens": "vLLM: no stop before this many tokens",
+    "top_k": "vLLM: top-k sampling",
+    "min_p": "vLLM: min-p sampling",
+    "repetition_penalty": "vLLM: repetition penalty",
+    "stop_token_ids": "vLLM: token ids that end the output (up to 64)",
+    "return_token_ids": "vLLM: add `prompt_token_ids` and each choice's `token_ids`",
+}
+
+NO_OPS: dict[str, str] = {
+    "metadata": "tags for OpenAI's stored completions; nothing is stored, and the ledger keys usage by request id",
+    "service_tier": "one tier serves every request; priority comes from the tenant's class",
+    "prompt_cache_key": "a routing hint for OpenAI's caches; the prefix cache here is automatic, per tenant",
+    "safety_identifier": "an abuse-monitoring id for OpenAI; usage is recorded per tenant and `user`",
+}
+
+REFUSED: dict[str, str] = {
+    "tools": "tool calling is not available on this server",
+    "tool_choice": "tool calling is not available on this server",
+    "parallel_tool_calls": "tool calling is not available on this server",
+    "functions": "function calling is not available on this server",
+    "function_call": "function calling is not available on this server",
+    "audio": "audio output is not available; the server generates text",
+    "prediction": "predicted outputs are not available",
+    "web_search_options": "web search is not available",
+    "store": "stored completions are not kept",
+    "moderation": "moderation is not available",
+    "verbosity": "no template here reads a verbosity setting",
+    "prompt_cache_options": "the prefix cache is automatic; it has no options",
+    "prompt_cache_retention": "the prefix cache keeps blocks while memory allows; no retention is promised",
+    "echo": "echoing the prompt is not available",
+    "suffix": "no model served here has a fill-in-the-middle template",
+}
+
+ASKS_NOTHING: dict[str, Any] = {"store": False, "echo": False, "parallel_tool_calls": False, "tools": []}
+
+# A chat message's fields beyond role, content and name (a message echoed from a response carries them as null).
+MESSAGE_REFUSED: dict[str, str] = {
+    "tool_calls": "tool calling is not available on this server",
+    "tool_call_id": "tool calling is not available on this server",
+    "function_call": "function calling is not available on this server",
+    "audio": "audio is not available",
+    "refusal": "refusals are not rendered into prompts",
+}
+MESSAGE_ASKS_NOTHING: dict[str, Any] = {"tool_calls": [], "annotations": []}
+
+
+def _asks_something(name: str, value: Any, nothing: dict[str, Any]) -> bool:
+    return value is not None and not (name in nothing and value == nothing[name])
+
+
+def unsupported_fields(req: BaseModel) -> list[str]:
+    """Fields of `req` (and of its chat messages) beyond its model that are neither no-ops, nor `null`, nor
+    asking for nothing; a message's as `messages[i].field`."""
+    names = sorted(name for name, value in (req.model_extra or {}).items()
+                   if name not in NO_OPS and _asks_something(name, value, ASKS_NOTHING))
+    for i, message in enumerate(getattr(req, "messages", None) or ()):
+        names += [f"messages[{i}].{name}" for name, value in sorted((message.model_extra or {}).items())
+                  if _asks_something(name, value, MESSAGE_ASKS_NOTHING)]
+    return names
+
+
+def _reason(name: str) -> str:
+    if name.startswith("messages["):
+        return MESSAGE_REFUSED.get(name.split(".", 1)[1], "not a field of a chat message")
+    return REFUSED.get(name, "not a parameter of this endpoint")
+
+
+def refuse_unsupported(req: BaseModel) -> None:
+    """A 400 naming every field the server would not honour, with the reason for each."""
+    names = unsupported_fields(req)
+    if names:
+        reasons = "; ".join(f"{name}: {_reason(name)}" for name in names)
+        raise bad_request(f"Unsupported parameters ({reasons}).", param=names[0], code="unsupported_parameter")
+
+
+def markdown_table() -> str:
+    """docs/parameters.md's table."""
+    rows = ["| parameter | what loraplex does |", "|---|---|"]
+    rows += [f"| `{name}` | honoured: {how} |" for name, how in HONOURED.items()]
+    rows += [f"| `{name}` | accepted, no effect: {why} |" for name, why in NO_OPS.items()]
+    for name, why in REFUSED.items():
+        nothing = f" (`{name}: {str(ASKS_NOTHING[name]).lower()}` accepted)" if name in ASKS_NOTHING else ""
+        rows.append(f"| `{name}` | refused, 400 `unsupported_parameter`: {why}{nothing} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown_table(), end="")

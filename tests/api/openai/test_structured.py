@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import pytest
+
+from api.errors import OpenAIError
+from api.openai.protocol import ChatCompletionRequest, CompletionRequest
+from api.openai.structured import MAX_REPEAT_TOTAL, checked_constraint, constraint_of, repeat_total
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+
+
+def _req(**fields) -> CompletionRequest:
+    return CompletionRequest(model="m", prompt="x", **fields)
+
+
+@pytest.mark.parametrize("pattern,total", [
+    ("abc", 0), ("a{3}", 3), ("a{2,5}", 5), ("a{4,}", 4), ("(a{1,20}b{1,20}){1,20}", 60), ("[a-z]{1,9000}", 9000),
+])
+def test_repeat_total(pattern, total):
+    assert repeat_total(pattern) == total
+
+
+@pytest.mark.parametrize("fields,expected,param", [
+    ({}, None, ""),
+    ({"response_format": {"type": "text"}}, None, ""),
+    ({"response_format": {"type": "json_object"}}, {"json_object": True}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": SCHEMA, "strict": True}}},
+     {"json": SCHEMA}, "response_format"),
+    ({"structured_outputs": {"json": SCHEMA}}, {"json": SCHEMA}, "structured_outputs.json"),
+    ({"structured_outputs": {"regex": "[ab]+"}}, {"regex": "[ab]+"}, "structured_outputs.regex"),
+    ({"structured_outputs": {"choice": ["x", "y"]}}, {"choice": ["x", "y"]}, "structured_outputs.choice"),
+    ({"structured_outputs": {"grammar": 'root ::= "a"'}}, {"grammar": 'root ::= "a"'}, "structured_outputs.grammar"),
+])
+def test_constraint_of(fields, expected, param):
+    so, got_param = constraint_of(_req(**fields))
+    assert got_param == param
+    if expected is None:
+        assert so is None
+        return
+    for name, value in expected.items():
+        assert getattr(so, name) == value, name
+
+
+async def test_a_valid_constraint_passes_and_is_not_rewritten():
+    req = _req(structured_outputs={"choice": ["x", "y"]})
+    so = await checked_constraint(req)
+    assert so.choice == ["x", "y"] and so.grammar is None  # vLLM's check rewrote only its copy
+
+
+@pytest.mark.parametrize("fields,param,code", [
+    ({"structured_outputs": {"json": {"type": "string", "pattern": f"[a-z]{{1,{MAX_REPEAT_TOTAL + 1}}}"}}},
+     "structured_outputs.json", "constraint_too_large"),
+    ({"structured_outputs": {"regex": "(a{1,600}){1,600}"}}, "structured_outputs.regex", "constraint_too_large"),
+    ({"structured_outputs": {"regex": "(unclosed"}}, "structured_outputs.regex", "invalid_value"),
+    ({"structured_outputs": {"grammar": "root ::= "}}, "structured_outputs.grammar", "invalid_value"),
+    ({"structured_outputs": {"json": "{not json"}}, "structured_outputs.json", "invalid_value"),
+])
+async def test_a_bad_constraint_is_a_400_naming_the_field(fields, param, code):
+    with pytest.raises(OpenAIError) as info:
+        await checked_constraint(_req(**fields))
+    assert (info.value.status, info.value.param, info.value.code) == (400, param, code)
+
+
+async def test_a_schema_for_chat_is_checked_like_one_for_completions():
+    fmt = {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "string", "pattern": "a{1,5000}"}}}
+    with pytest.raises(OpenAIError) as info:
+        await checked_constraint(ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}],
+                                                       response_format=fmt))
+    assert info.value.param == "response_format"
