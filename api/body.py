@@ -60,11 +60,16 @@ def decode_json(raw: bytes, max_depth: int) -> dict[str, Any]:
     return payload
 
 
-def decode_body(raw: bytes, model: type[Body], max_depth: int) -> Body:
+def validate_body(payload: dict[str, Any], model: type[Body]) -> Body:
+    """A decoded body as `model`, or one 400 listing every problem."""
     try:
-        return model.model_validate(decode_json(raw, max_depth))
+        return model.model_validate(payload)
     except ValidationError as e:
         raise from_validation_error(e) from e
+
+
+def decode_body(raw: bytes, model: type[Body], max_depth: int) -> Body:
+    return validate_body(decode_json(raw, max_depth), model)
 
 
 async def read_json_object(request: Request, max_depth: int) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from api.observability.outcome import RequestOutcome
 from api.observability.request_metrics import AdmissionCounts, EngineGauges, Metrics
 from api.observability.requestlog import log_request
 from api.openai.chat import ChatService
+from api.openai.tokenize import TokenizeService
 from api.openai.completion import CompletionService
 from api.openai.models import ModelCatalog
 from api.openai.protocol import ChatCompletionRequest, CompletionRequest
@@ -141,6 +142,7 @@ class Server:
     completion: CompletionService = field(init=False)
     admin: AdminService = field(init=False)
     sagemaker: InvocationService = field(init=False)
+    tokenizing: TokenizeService = field(init=False)
     batches: BatchService = field(init=False)
     jobs: JobService = field(init=False)
 
@@ -165,6 +167,7 @@ class Server:
         self.admin = AdminService(self.registry, self.tiers, self.options.max_upload_bytes,
                                   self.options.prewarm_on_promote)
         self.sagemaker = InvocationService(self.chat, self.completion, self.engine.model_id)
+        self.tokenizing = TokenizeService(self.chat, self.catalog, self.tenancy, self.input_limits)
 
     async def started(self) -> None:
         """After the engine started: listen to its steps, warm the pinned adapters, then report ready."""

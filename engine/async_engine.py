@@ -75,20 +75,29 @@ def _load_logger_factory(load: EngineLoad, step_listeners: list[StepListener]):
     return _LoadLogger
 
 
+def _position(token_id: int, candidates: dict, tokenizer, num_top: int) -> PositionLogprobs:
+    """vLLM gives, per position, the chosen token plus the `num_top` best, each with its rank."""
+    def entry(tid: int, lp) -> TokenLogprob:
+        text = lp.decoded_token if lp.decoded_token is not None else tokenizer.decode([tid])
+        return TokenLogprob(token_id=tid, token=text, logprob=float(lp.logprob))
+
+    ranked = sorted(candidates.items(), key=lambda item: item[1].rank or 0)
+    return PositionLogprobs(chosen=entry(token_id, candidates[token_id]),
+                            top=tuple(entry(tid, lp) for tid, lp in ranked[:num_top]))
+
+
 def _logprobs_of(output, tokenizer, num_top: int) -> tuple[PositionLogprobs, ...] | None:
-    """vLLM gives, per position, the sampled token plus the `num_top` best, each with its rank."""
     if output.logprobs is None:
         return None
-    positions = []
-    for token_id, candidates in zip(output.token_ids, output.logprobs):
-        def entry(tid: int, lp) -> TokenLogprob:
-            text = lp.decoded_token if lp.decoded_token is not None else tokenizer.decode([tid])
-            return TokenLogprob(token_id=tid, token=text, logprob=float(lp.logprob))
+    return tuple(_position(t, c, tokenizer, num_top) for t, c in zip(output.token_ids, output.logprobs))
 
-        ranked = sorted(candidates.items(), key=lambda item: item[1].rank or 0)
-        top = tuple(entry(tid, lp) for tid, lp in ranked[:num_top])
-        positions.append(PositionLogprobs(chosen=entry(token_id, candidates[token_id]), top=top))
-    return tuple(positions)
+
+def _prompt_logprobs_of(out, prompt_token_ids: list[int], tokenizer,
+                        num_top: int) -> tuple[PositionLogprobs | None, ...] | None:
+    if out.prompt_logprobs is None:
+        return None
+    return tuple(None if candidates is None else _position(t, candidates, tokenizer, num_top)
+                 for t, candidates in zip(prompt_token_ids, out.prompt_logprobs))
 
 
 def _prompt(prompt_token_ids: list[int], cache_salt: str | None) -> TokensPrompt:
@@ -192,6 +201,7 @@ class LoraplexEngine:
             async for out in self.llm.generate(
                 _prompt(prompt_token_ids, cache_salt), params, request_id, lora_request=lora
             ):
+                prompt_logprobs = _prompt_logprobs_of(out, prompt_token_ids, tokenizer, params.prompt_logprobs or 0)
                 yield [
                     ChoiceDelta(
                         index=o.index,
@@ -200,6 +210,7 @@ class LoraplexEngine:
                         logprobs=_logprobs_of(o, tokenizer, params.logprobs or 0),
                         finish_reason=o.finish_reason,
                         cached_prompt_tokens=out.num_cached_tokens or 0,
+                        prompt_logprobs=prompt_logprobs,
                     )
                     for o in out.outputs
                 ]

@@ -49,6 +49,8 @@ class ChoiceDelta:
     logprobs: tuple[PositionLogprobs, ...] | None = None
     finish_reason: str | None = None
     cached_prompt_tokens: int = 0  # prompt tokens the engine found in its prefix cache (whole request)
+    # Asked with `prompt_logprobs`: each prompt position's (the first has none), on the request's first deltas.
+    prompt_logprobs: tuple[PositionLogprobs | None, ...] | None = None
 
 
 @dataclass

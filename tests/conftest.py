@@ -364,6 +364,15 @@ class HFReference:
             self._cache[key] = out
         return self._cache[key]
 
+    def prompt_logprobs(self, adapter: str | Path | None, prompt_ids: list[int]) -> list[float]:
+        """Log-probability of each prompt token after the ones before it (the first has none: not listed)."""
+        import torch
+
+        with torch.no_grad():
+            logits = self.model(adapter)(torch.tensor([prompt_ids])).logits[0, :-1]
+        logprobs = torch.log_softmax(logits, dim=-1)
+        return [float(logprobs[i, token]) for i, token in enumerate(prompt_ids[1:])]
+
 
 @pytest.fixture(scope="session")
 def hf_reference(demo_assets, adapter_dirs) -> HFReference:

@@ -7,6 +7,7 @@ Each call's tokens are counted on the request's account as they arrive; a consum
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -40,12 +41,15 @@ def engine_failure(e: Exception) -> OpenAIError:
 
 @dataclass(frozen=True)
 class EngineCall:
-    """One prompt sent to the engine; `choice_offset` places its choices in the response."""
+    """One prompt sent to the engine; `choice_offset` places its choices in the response. `discard_output`: the
+    caller wants none of the output (an echo with `max_tokens` 0; the engine generates at least one token),
+    so it is neither passed on nor counted."""
 
     request_id: str
     prompt_token_ids: list[int]
     params: SamplingParams
     choice_offset: int = 0
+    discard_output: bool = False
 
 
 async def run_calls(
@@ -120,6 +124,8 @@ async def _run_one(engine: EngineClient, adapter: LocatedAdapter | None, call: E
     """`engine_deltas`, counted on the request's account."""
     cached_counted = False
     async for delta in engine_deltas(engine, adapter, call, cache_salt):
+        if call.discard_output:
+            delta = dataclasses.replace(delta, text="", token_ids=(), logprobs=None)
         account.on_tokens(len(delta.token_ids))
         if not cached_counted:
             account.cached_prompt_tokens += delta.cached_prompt_tokens
@@ -130,8 +136,7 @@ async def _run_one(engine: EngineClient, adapter: LocatedAdapter | None, call: E
 def delta_with_offset(delta: ChoiceDelta, offset: int) -> ChoiceDelta:
     if offset == 0:
         return delta
-    return ChoiceDelta(index=delta.index + offset, text=delta.text, token_ids=delta.token_ids,
-                       logprobs=delta.logprobs, finish_reason=delta.finish_reason)
+    return dataclasses.replace(delta, index=delta.index + offset)
 
 
 @dataclass

@@ -219,6 +219,9 @@ def _check_request(req: Any, model: VirtualModel) -> None:
                           code="unsupported_parameter")
     if req.n != 1:
         raise bad_request("Virtual models answer one choice; n must be 1.", param="n", code="unsupported_parameter")
+    if getattr(req, "echo", False):
+        raise bad_request("Virtual models judge answers, not prompts: echo is not available.", param="echo",
+                          code="unsupported_parameter")
     prompt = getattr(req, "prompt", None)
     if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int) and len(prompt) != 1:
         raise bad_request("Virtual models answer one prompt at a time.", param="prompt", code="unsupported_parameter")

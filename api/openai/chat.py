@@ -79,13 +79,13 @@ def template_messages(req: ChatCompletionRequest, has_developer_role: bool) -> l
 class ChatService(GenerationService[ChatCompletionRequest]):
     response_prefix = "chatcmpl"
 
-    def render_prompt(self, req: ChatCompletionRequest) -> list[int]:
+    def render_prompt(self, req: ChatCompletionRequest, add_generation_prompt: bool = True) -> list[int]:
         tokenizer = self.engine.tokenizer()
         template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else ""
         messages = template_messages(req, has_developer_role="developer" in template)
         try:
-            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                                 **template_kwargs(req))
+            text = tokenizer.apply_chat_template(messages, tokenize=False,
+                                                 add_generation_prompt=add_generation_prompt, **template_kwargs(req))
         except Exception as e:  # jinja errors from the model's own template
             raise bad_request(f"The chat template could not render these messages: {e}", param="messages") from e
         return tokenizer.encode(text, add_special_tokens=False)

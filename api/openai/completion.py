@@ -6,29 +6,31 @@ from collections.abc import AsyncIterator
 
 from api.errors import bad_request
 from api.generation.accounting import RequestAccount
-from api.generation.budget import output_budget
-from api.generation.fanout import EngineCall, collect_choices
+from api.generation.budget import OutputLimit, output_budget
+from api.generation.fanout import EngineCall
 from api.generation.resolve import ServedModel
 from api.generation.sse import sse
 from api.input_limits import check_request_size
+from api.openai.echo import EchoPosition, pieces
 from api.openai.parameters import refuse_unsupported
 from api.openai.protocol import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse
 from api.openai.sampling import build_sampling_params, token_ids_outside
 from api.openai.structured import checked_constraint
 from api.openai.usage import usage_of
 from api.pipeline.request import GenerationService
-from engine.types import ChoiceDelta, PositionLogprobs
+from engine.types import ChoiceDelta
 
 
-def completion_logprobs(positions: tuple[PositionLogprobs, ...] | None, start_offset: int) -> CompletionLogprobs:
+def completion_logprobs(positions: tuple[EchoPosition, ...] | None, start_offset: int) -> CompletionLogprobs:
     tokens, token_logprobs, top, offsets = [], [], [], []
     offset = start_offset
     for p in positions or ():
-        tokens.append(p.chosen.token)
-        token_logprobs.append(p.chosen.logprob)
-        top.append({t.token: t.logprob for t in p.top})
+        token = p if isinstance(p, str) else p.chosen.token
+        tokens.append(token)
+        token_logprobs.append(None if isinstance(p, str) else p.chosen.logprob)
+        top.append(None if isinstance(p, str) else {t.token: t.logprob for t in p.top})
         offsets.append(offset)
-        offset += len(p.chosen.token)
+        offset += len(token)
     return CompletionLogprobs(tokens=tokens, token_logprobs=token_logprobs, top_logprobs=top, text_offset=offsets)
 
 
@@ -59,29 +61,39 @@ class CompletionService(GenerationService[CompletionRequest]):
         count = 1 if isinstance(p, str) or all(isinstance(x, int) for x in p) else len(p)
         check_request_size(self.pipeline.input_limits, prompts=count, n=req.n, stop=req.stop)
         refuse_unsupported(req)
+        if req.max_tokens == 0 and not req.echo:
+            raise bad_request("max_tokens 0 is allowed only with echo (the prompt's log-probabilities alone).",
+                              param="max_tokens")
         structured = await checked_constraint(req)
         chars = len(p) if isinstance(p, str) else sum(len(x) for x in p if isinstance(x, str))
         prompts = await self.tokenize(lambda: self.prompts(req), chars)
+        # max_tokens 0 (with echo): the engine generates at least one token, which nobody sees or pays for.
+        prompt_only = req.max_tokens == 0
+        limit = OutputLimit(1, "max_tokens") if prompt_only else req.output_limit()
         calls = []
         for i, ids in enumerate(prompts):
             param = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
-            max_tokens = output_budget(len(ids), req.output_limit(), tenant_cap, self.engine.max_model_len, param)
+            max_tokens = output_budget(len(ids), limit, tenant_cap, self.engine.max_model_len, param)
             params = build_sampling_params(req, max_tokens, req.logprobs, len(self.engine.tokenizer()), structured)
+            if req.echo and req.logprobs is not None:
+                params.prompt_logprobs = req.logprobs
             request_id = response_id if len(prompts) == 1 else f"{response_id}-{i}"
             calls.append(EngineCall(request_id=request_id, prompt_token_ids=ids, params=params,
-                                    choice_offset=i * req.n))
+                                    choice_offset=i * req.n, discard_output=prompt_only))
         return calls
 
     async def stream_events(self, req: CompletionRequest, served: ServedModel, response_id: str, created: int,
                             calls: list[EngineCall], deltas: AsyncIterator[ChoiceDelta],
                             account: RequestAccount) -> AsyncIterator[str]:
         offsets: dict[int, int] = {}
-        async for d in deltas:
+        async for piece in pieces(req, calls, deltas, self.engine.tokenizer()):
+            d = piece.delta
             logprobs = None
-            if req.logprobs is not None:
-                logprobs = completion_logprobs(d.logprobs, offsets.get(d.index, 0))
-            offsets[d.index] = offsets.get(d.index, 0) + len(d.text)
-            choice = CompletionChoice(index=d.index, text=d.text, logprobs=logprobs, finish_reason=d.finish_reason,
+            if piece.positions is not None:
+                logprobs = completion_logprobs(piece.positions, offsets.get(d.index, 0))
+            offsets[d.index] = offsets.get(d.index, 0) + len(piece.text)
+            choice = CompletionChoice(index=d.index, text=piece.text, logprobs=logprobs,
+                                      finish_reason=d.finish_reason,
                                       token_ids=list(d.token_ids) if req.return_token_ids else None)
             yield sse(CompletionResponse(id=response_id, created=created, model=served.id, choices=[choice]))
         if req.stream_options is not None and req.stream_options.include_usage:
@@ -91,16 +103,25 @@ class CompletionService(GenerationService[CompletionRequest]):
     async def collect(self, req: CompletionRequest, served: ServedModel, response_id: str, created: int,
                       calls: list[EngineCall], deltas: AsyncIterator[ChoiceDelta],
                       account: RequestAccount) -> CompletionResponse:
-        collected = await collect_choices(deltas, len(calls) * req.n)
+        count = len(calls) * req.n
+        texts, positions = [""] * count, [[] for _ in range(count)]
+        reasons: list[str | None] = [None] * count
+        token_ids: list[list[int]] = [[] for _ in range(count)]
+        async for piece in pieces(req, calls, deltas, self.engine.tokenizer()):
+            i = piece.delta.index
+            texts[i] += piece.text
+            positions[i].extend(piece.positions or ())
+            token_ids[i].extend(piece.delta.token_ids)
+            reasons[i] = piece.delta.finish_reason or reasons[i]
         choices = [
             CompletionChoice(
                 index=i,
-                text=c.text,
-                logprobs=completion_logprobs(tuple(c.logprobs), 0) if req.logprobs is not None else None,
-                finish_reason=c.finish_reason,
-                token_ids=c.token_ids if req.return_token_ids else None,
+                text=texts[i],
+                logprobs=completion_logprobs(tuple(positions[i]), 0) if req.logprobs is not None else None,
+                finish_reason=reasons[i],
+                token_ids=token_ids[i] if req.return_token_ids else None,
             )
-            for i, c in enumerate(collected)
+            for i in range(count)
         ]
         return CompletionResponse(
             id=response_id, created=created, model=served.id, choices=choices,

@@ -28,6 +28,8 @@ HONOURED: dict[str, str] = {
     "stop": "up to 4 stop strings",
     "n": "choices per prompt (up to 16)",
     "best_of": "completions: must equal `n` (every generated sequence is returned)",
+    "echo": "completions: the prompt before the output; with `logprobs`, the prompt's log-probabilities first "
+            "(the first position's null); `max_tokens` 0 then returns the prompt alone",
     "presence_penalty": "as OpenAI's",
     "frequency_penalty": "as OpenAI's",
     "logit_bias": "token id (as a string) to a bias in [-100, 100] added to its logit",
@@ -73,11 +75,10 @@ REFUSED: dict[str, str] = {
     "verbosity": "no template here reads a verbosity setting",
     "prompt_cache_options": "the prefix cache is automatic; it has no options",
     "prompt_cache_retention": "the prefix cache keeps blocks while memory allows; no retention is promised",
-    "echo": "echoing the prompt is not available",
     "suffix": "no model served here has a fill-in-the-middle template",
 }
 
-ASKS_NOTHING: dict[str, Any] = {"store": False, "echo": False, "parallel_tool_calls": False, "tools": []}
+ASKS_NOTHING: dict[str, Any] = {"store": False, "parallel_tool_calls": False, "tools": []}
 
 # A chat message's fields beyond role, content and name (a message echoed from a response carries them as null).
 MESSAGE_REFUSED: dict[str, str] = {

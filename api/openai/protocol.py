@@ -164,8 +164,10 @@ COMPLETION_DEFAULT_MAX_TOKENS = 16
 
 class CompletionRequest(SamplingFields):
     prompt: Prompt
-    max_tokens: int | None = Field(default=COMPLETION_DEFAULT_MAX_TOKENS, ge=1, le=MAX_INT32)
+    # 0 only with `echo`: the prompt's log-probabilities and nothing generated (how evaluation harnesses score).
+    max_tokens: int | None = Field(default=COMPLETION_DEFAULT_MAX_TOKENS, ge=0, le=MAX_INT32)
     logprobs: int | None = Field(default=None, ge=0, le=MAX_COMPLETION_LOGPROBS)
+    echo: bool = False
     best_of: int | None = Field(default=None, ge=1, le=MAX_N)
 
     @model_validator(mode="after")
@@ -212,9 +214,11 @@ class ChatLogprobs(BaseModel):
 
 
 class CompletionLogprobs(BaseModel):
+    """With `echo`, the prompt's positions come first; the first has no log-probability (null)."""
+
     tokens: list[str]
-    token_logprobs: list[float]
-    top_logprobs: list[dict[str, float]]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
     text_offset: list[int]
 
 

@@ -11,13 +11,14 @@ from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
 from api.auth import Caller
-from api.body import Body, parse_body
+from api.body import Body, parse_body, read_json_object, validate_body
 from api.errors import OpenAIError
 from api.pipeline.request import GenerationService, Reply
 from api.generation.resolve import visibility_of
 from api.middleware import request_id_of
 from api.observability.outcome import STATUS_CLIENT_CLOSED, UNKNOWN
 from api.openai.protocol import ChatCompletionRequest, CompletionRequest
+from api.openai.tokenize import DetokenizeRequest, tokenize_request_type
 
 router = APIRouter()
 
@@ -125,6 +126,23 @@ async def chat_completions(request: Request) -> Response:
 @router.post("/v1/completions")
 async def completions(request: Request) -> Response:
     return await _generate(request, CompletionRequest, request.app.state.server.completion)
+
+
+@router.post("/tokenize")
+async def tokenize(request: Request) -> JSONResponse:
+    server = request.app.state.server
+    caller = caller_of(request)
+    payload = await read_json_object(request, server.input_limits.max_json_depth)
+    body = validate_body(payload, tokenize_request_type(payload))
+    return JSONResponse((await server.tokenizing.tokenize(body, caller)).model_dump())
+
+
+@router.post("/detokenize")
+async def detokenize(request: Request) -> JSONResponse:
+    server = request.app.state.server
+    caller = caller_of(request)
+    body = await parse_body(request, DetokenizeRequest, server.input_limits.max_json_depth)
+    return JSONResponse((await server.tokenizing.detokenize(body, caller)).model_dump())
 
 
 BODIES = {"/v1/chat/completions": ChatCompletionRequest, "/v1/completions": CompletionRequest}

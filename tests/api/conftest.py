@@ -14,7 +14,7 @@ from api.app import create_app
 from api.batch.config import BatchConfig
 from api.server import ServingOptions, build_server
 from api.tenancy.config import TenancyConfig
-from engine.types import ChoiceDelta, EngineError, EngineLoad
+from engine.types import ChoiceDelta, EngineError, EngineLoad, PositionLogprobs, TokenLogprob
 
 
 class FakeEngine:
@@ -57,8 +57,17 @@ class FakeEngine:
             while step == 1 and self.hold is not None and not self.hold.is_set():
                 await asyncio.sleep(0.01)
             token = 100 + step
+            prompt_logprobs = self._prompt_logprobs(prompt_token_ids, params) if step == 0 else None
             yield [ChoiceDelta(index=i, text=self._tokenizer.decode([token]), token_ids=(token,),
-                               finish_reason=self.last_finish_reason if step == count - 1 else None) for i in range(params.n)]
+                               finish_reason=self.last_finish_reason if step == count - 1 else None,
+                               prompt_logprobs=prompt_logprobs) for i in range(params.n)]
+
+    def _prompt_logprobs(self, prompt_token_ids, params):
+        """Position i's log-probability is -i (the first has none), each alone in its top list."""
+        if params.prompt_logprobs is None:
+            return None
+        entries = [TokenLogprob(t, self._tokenizer.decode([t]), -float(i)) for i, t in enumerate(prompt_token_ids)]
+        return (None, *(PositionLogprobs(chosen=e, top=(e,)) for e in entries[1:]))
 
     async def abort(self, request_id):
         self.aborted.append(request_id)

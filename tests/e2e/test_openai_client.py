@@ -172,3 +172,19 @@ def test_server_keeps_serving_after_bad_requests(openai_client, base_model_id):
     ok = openai_client.completions.create(model=base_model_id, prompt="x", max_tokens=3,
                                           extra_body={"ignore_eos": True})
     assert ok.usage.completion_tokens == 3
+
+
+def test_tokenize_gives_the_prompt_chat_serves_and_only_for_models_the_tenant_may_use(server, keys, openai_client,
+                                                                                      adapter_names):
+    messages = [{"role": "user", "content": "count the tokens"}]
+    served = openai_client.chat.completions.create(model=adapter_names[0], messages=messages, max_tokens=1,
+                                                   extra_body={"return_token_ids": True})
+    tokenized = httpx.post(f"{server}/tokenize", headers=keys.headers("acme"), timeout=30,
+                           json={"model": adapter_names[0], "messages": messages}).json()
+    assert tokenized["tokens"] == served.model_extra["prompt_token_ids"]
+    detokenized = httpx.post(f"{server}/detokenize", headers=keys.headers("acme"), timeout=30,
+                             json={"model": adapter_names[0], "tokens": tokenized["tokens"]}).json()
+    assert "count the tokens" in detokenized["prompt"]
+    refused = httpx.post(f"{server}/tokenize", headers=keys.headers("globex"), timeout=30,
+                         json={"model": adapter_names[0], "prompt": "x"})
+    assert refused.status_code == 404

@@ -84,10 +84,12 @@ async def test_refused_shapes(graph_client, graph_server, graph_keys, fake_engin
     assert counted in graph_server.metrics.render().decode()
 
 
-async def test_several_prompts_refused(graph_client, graph_keys):
+@pytest.mark.parametrize("extra, param", [({"prompt": ["a", "b"]}, "prompt"), ({"echo": True}, "echo")])
+async def test_refused_completion_shapes(graph_client, graph_keys, fake_engine, extra, param):
     r = await graph_client.post("/v1/completions", headers=auth(graph_keys["all"]),
-                                json={"model": "never-up", "prompt": ["a", "b"], "max_tokens": 2})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
+                                json={"model": "never-up", "prompt": "a", "max_tokens": 2, **extra})
+    assert r.status_code == 400 and r.json()["error"]["param"] == param
+    assert fake_engine.requests == []
 
 
 async def test_models_list_only_what_a_tenant_may_run(graph_client, graph_keys):

@@ -68,10 +68,10 @@ def test_unsupported_fields(extra, refused):
 
 
 def test_refusal_names_every_field_with_its_reason():
-    req = CompletionRequest.model_validate({"model": "m", "prompt": "x", "suffix": "y", "echo": True, "zz": 1})
+    req = CompletionRequest.model_validate({"model": "m", "prompt": "x", "suffix": "y", "store": True, "zz": 1})
     with pytest.raises(OpenAIError) as info:
         refuse_unsupported(req)
     e = info.value
-    assert (e.status, e.code, e.param) == (400, "unsupported_parameter", "echo")
+    assert (e.status, e.code, e.param) == (400, "unsupported_parameter", "store")
     assert "suffix: no model served here has a fill-in-the-middle template" in e.message
     assert "zz: not a parameter of this endpoint" in e.message

@@ -1,0 +1,47 @@
+"""/tokenize and /detokenize over the fake engine's tokenizer (the real one is the same code path)."""
+
+from __future__ import annotations
+
+import pytest
+
+MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}]
+
+
+async def test_tokenize_a_prompt(fake_client, small_tokenizer):
+    r = await fake_client.post("/tokenize", json={"model": "fake-base", "prompt": "hello world",
+                                                  "return_token_strs": True})
+    assert r.status_code == 200, r.text
+    ids = small_tokenizer.encode("hello world", add_special_tokens=True)
+    assert r.json() == {"count": len(ids), "max_model_len": 64, "tokens": ids,
+                        "token_strs": small_tokenizer.convert_ids_to_tokens(ids)}
+
+
+@pytest.mark.parametrize("add_generation_prompt", [True, False])
+async def test_tokenize_messages_as_the_chat_endpoint_renders_them(fake_client, small_tokenizer,
+                                                                   add_generation_prompt):
+    r = await fake_client.post("/tokenize", json={"model": "fake-base", "messages": MESSAGES,
+                                                  "add_generation_prompt": add_generation_prompt})
+    text = small_tokenizer.apply_chat_template(MESSAGES, tokenize=False,
+                                               add_generation_prompt=add_generation_prompt)
+    assert r.json()["tokens"] == small_tokenizer.encode(text, add_special_tokens=False)
+
+
+async def test_detokenize_inverts_tokenize(fake_client):
+    ids = (await fake_client.post("/tokenize", json={"model": "fake-base", "prompt": "a b c",
+                                                     "add_special_tokens": False})).json()["tokens"]
+    r = await fake_client.post("/detokenize", json={"model": "fake-base", "tokens": ids})
+    assert r.json() == {"prompt": "a b c"}
+
+
+@pytest.mark.parametrize("path,body,status,param", [
+    ("/tokenize", {"model": "nope", "prompt": "x"}, 404, "model"),
+    ("/tokenize", {"model": "fake-base", "prompt": "x", "truncate": 3}, 400, "truncate"),
+    ("/tokenize", {"model": "fake-base", "messages": [{"role": "user", "content": "x", "tool_calls": [{}]}]}, 400,
+     "messages[0].tool_calls"),
+    ("/detokenize", {"model": "fake-base", "tokens": [10**9]}, 400, "tokens"),
+    ("/detokenize", {"model": "nope", "tokens": [1]}, 404, "model"),
+])
+async def test_refusals(fake_client, path, body, status, param):
+    r = await fake_client.post(path, json=body)
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["param"] == param
