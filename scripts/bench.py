@@ -26,6 +26,7 @@ import bench_kernels  # noqa: E402
 import bench_routing  # noqa: E402
 import bench_scale  # noqa: E402
 import bench_serving  # noqa: E402
+import bench_structured  # noqa: E402
 import bench_state  # noqa: E402
 import bench_tenants  # noqa: E402
 import bench_tiers  # noqa: E402
@@ -102,6 +103,10 @@ SCENARIOS = {
         Scenario("scale", "1,000 registered adapters, 100 active under Zipf(1.1): throughput and TTFT against one "
                  "adapter and the base model, and greedy outputs of a sample against transformers + peft.",
                  on_tiny(bench_scale.run), bench_scale.tables, in_quick=False),
+        Scenario("structured", "Structured outputs in a mixed load: loraplex and vLLM's own server, interleaved, each "
+                 "with free chat requests only and with a quarter of them asking for a JSON schema (base model and "
+                 "demo adapters round-robin, concurrency 16).", bench_structured.run,
+                 one_table(bench_structured.table), in_quick=False),
         Scenario("admission", "Adapter-aware admission on and off, two servers side by side (interleaved rounds): "
                  "Zipf(1.1) over 64 adapters with max_loras 4 at concurrency 8 and 32, against one adapter and the "
                  "base model.", on_tiny(bench_admission.run), bench_admission.tables, in_quick=False),

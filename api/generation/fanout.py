@@ -157,3 +157,20 @@ async def collect_choices(deltas: AsyncIterator[ChoiceDelta], num_choices: int) 
         c.logprobs.extend(d.logprobs or ())
         c.finish_reason = d.finish_reason or c.finish_reason
     return choices
+
+
+async def collected_deltas(deltas: AsyncIterator[ChoiceDelta]) -> AsyncIterator[ChoiceDelta]:
+    """Each choice's deltas joined into one, yielded when that choice finishes (for output that means something
+    only whole)."""
+    pending: dict[int, tuple[CollectedChoice, bool]] = {}
+    async for d in deltas:
+        c, has_logprobs = pending.get(d.index, (CollectedChoice(), False))
+        c.text += d.text
+        c.token_ids.extend(d.token_ids)
+        c.logprobs.extend(d.logprobs or ())
+        pending[d.index] = (c, has_logprobs or d.logprobs is not None)
+        if d.finish_reason is not None:
+            del pending[d.index]
+            yield ChoiceDelta(index=d.index, text=c.text, token_ids=tuple(c.token_ids),
+                              logprobs=tuple(c.logprobs) if has_logprobs or d.logprobs is not None else None,
+                              finish_reason=d.finish_reason)

@@ -11,7 +11,7 @@ from transformers import PreTrainedTokenizerBase
 from api.errors import bad_request
 from api.generation.accounting import RequestAccount
 from api.generation.budget import output_budget
-from api.generation.fanout import EngineCall, collect_choices
+from api.generation.fanout import EngineCall, collect_choices, collected_deltas
 from api.generation.resolve import ServedModel
 from api.generation.sse import sse
 from api.input_limits import check_request_size
@@ -26,10 +26,21 @@ from api.openai.protocol import (
     ChatLogprobs,
     ChatTokenLogprob,
     DeltaMessage,
+    FunctionCallDelta,
+    ToolCallDelta,
     TopLogprob,
 )
 from api.openai.sampling import build_sampling_params
-from api.openai.structured import checked_constraint
+from api.openai.structured import checked_constraint, json_safe
+from api.openai.tools import (
+    FunctionCall,
+    NamedToolChoice,
+    ToolCall,
+    ToolChoice,
+    finish_reason_of_calls,
+    tool_calls_of,
+    tool_schema,
+)
 from api.openai.usage import usage_of
 from api.pipeline.request import GenerationService
 from engine.types import ChoiceDelta, PositionLogprobs
@@ -69,11 +80,24 @@ def template_messages(req: ChatCompletionRequest, has_developer_role: bool) -> l
     messages = []
     for m in req.messages:
         role = "system" if m.role == "developer" and not has_developer_role else m.role
-        message = {"role": role, "content": m.text()}
+        message: dict[str, Any] = {"role": role, "content": m.text()}
         if m.name is not None:
             message["name"] = m.name
+        if m.tool_calls:
+            message["tool_calls"] = [call.model_dump() for call in m.tool_calls]
+        if m.tool_call_id is not None:
+            message["tool_call_id"] = m.tool_call_id
         messages.append(message)
     return messages
+
+
+def assistant_reply(text: str, finish_reason: str | None,
+                    forced: ToolChoice | None) -> tuple[AssistantMessage, str | None]:
+    """The message and finish reason of a whole choice: its calls when a call was forced (text when cut short)."""
+    calls = tool_calls_of(text, forced) if forced is not None else None
+    if calls is None:
+        return AssistantMessage(content=text), finish_reason
+    return AssistantMessage(content=None, tool_calls=calls), finish_reason_of_calls(forced)
 
 
 class ChatService(GenerationService[ChatCompletionRequest]):
@@ -83,8 +107,9 @@ class ChatService(GenerationService[ChatCompletionRequest]):
         tokenizer = self.engine.tokenizer()
         template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else ""
         messages = template_messages(req, has_developer_role="developer" in template)
+        tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
         try:
-            text = tokenizer.apply_chat_template(messages, tokenize=False,
+            text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False,
                                                  add_generation_prompt=add_generation_prompt, **template_kwargs(req))
         except Exception as e:  # jinja errors from the model's own template
             raise bad_request(f"The chat template could not render these messages: {e}", param="messages") from e
@@ -96,6 +121,7 @@ class ChatService(GenerationService[ChatCompletionRequest]):
         if req.top_logprobs is not None and not req.logprobs:
             raise bad_request("top_logprobs requires logprobs to be true", param="top_logprobs")
         template_kwargs(req)  # refused before the template runs
+        tool_schema(req.tools, req.tool_choice, req.parallel_tool_calls)  # `auto` and unknown names refused
         structured = await checked_constraint(req)
         prompt = await self.tokenize(lambda: self.render_prompt(req), sum(len(m.text()) for m in req.messages))
         max_tokens = output_budget(len(prompt), req.output_limit(), tenant_cap, self.engine.max_model_len, "messages")
@@ -106,36 +132,62 @@ class ChatService(GenerationService[ChatCompletionRequest]):
     async def stream_events(self, req: ChatCompletionRequest, served: ServedModel, response_id: str, created: int,
                             calls: list[EngineCall], deltas: AsyncIterator[ChoiceDelta],
                             account: RequestAccount) -> AsyncIterator[str]:
+        deltas = json_safe(req, deltas)
         def chunk(choices, usage=None) -> str:
             return sse(ChatCompletionChunk(id=response_id, created=created, model=served.id, choices=choices,
                                            usage=usage))
 
         yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=""))
                      for i in range(req.n)])
-        async for d in deltas:
-            yield chunk([ChatChunkChoice(
-                index=d.index,
-                delta=DeltaMessage(content=d.text) if d.text else DeltaMessage(),
-                logprobs=chat_logprobs(d.logprobs),
-                finish_reason=d.finish_reason,
-                token_ids=list(d.token_ids) if req.return_token_ids else None,
-            )])
+        forced = req.forced_tool_choice()
+        if forced is not None and not isinstance(forced, NamedToolChoice):
+            # `required`: the calls are known once their JSON is whole, so each choice is sent at its end.
+            async for d in collected_deltas(deltas):
+                message, finish = assistant_reply(d.text, d.finish_reason, forced)
+                calls = [ToolCallDelta(index=i, id=c.id, type="function",
+                                       function=FunctionCallDelta(name=c.function.name, arguments=c.function.arguments))
+                         for i, c in enumerate(message.tool_calls or ())]
+                yield chunk([ChatChunkChoice(
+                    index=d.index, delta=DeltaMessage(content=message.content, tool_calls=calls or None),
+                    logprobs=chat_logprobs(d.logprobs), finish_reason=finish,
+                    token_ids=list(d.token_ids) if req.return_token_ids else None)])
+        else:
+            named = forced is not None
+            call_id = ToolCall(function=FunctionCall(name="", arguments="")).id
+            started: set[int] = set()
+            async for d in deltas:
+                delta = DeltaMessage(content=d.text) if d.text else DeltaMessage()
+                if named and d.text:  # a forced function's arguments stream as they are generated
+                    head = d.index not in started
+                    started.add(d.index)
+                    delta = DeltaMessage(tool_calls=[ToolCallDelta(
+                        index=0, id=call_id if head else None, type="function" if head else None,
+                        function=FunctionCallDelta(name=forced.function.name if head else None, arguments=d.text))])
+                yield chunk([ChatChunkChoice(
+                    index=d.index,
+                    delta=delta,
+                    logprobs=chat_logprobs(d.logprobs),
+                    finish_reason=d.finish_reason,
+                    token_ids=list(d.token_ids) if req.return_token_ids else None,
+                )])
         if req.stream_options is not None and req.stream_options.include_usage:
             yield chunk([], usage=usage_of(account))
 
     async def collect(self, req: ChatCompletionRequest, served: ServedModel, response_id: str, created: int,
                       calls: list[EngineCall], deltas: AsyncIterator[ChoiceDelta],
                       account: RequestAccount) -> ChatCompletionResponse:
+        deltas = json_safe(req, deltas)
         collected = await collect_choices(deltas, req.n)
+        replies = [assistant_reply(c.text, c.finish_reason, req.forced_tool_choice()) for c in collected]
         choices = [
             ChatChoice(
                 index=i,
-                message=AssistantMessage(content=c.text),
+                message=message,
                 logprobs=chat_logprobs(tuple(c.logprobs)) if req.logprobs else None,
-                finish_reason=c.finish_reason,
+                finish_reason=finish,
                 token_ids=c.token_ids if req.return_token_ids else None,
             )
-            for i, c in enumerate(collected)
+            for i, (c, (message, finish)) in enumerate(zip(collected, replies))
         ]
         return ChatCompletionResponse(
             id=response_id, created=created, model=served.id, choices=choices,

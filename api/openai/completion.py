@@ -15,7 +15,7 @@ from api.openai.echo import EchoPosition, pieces
 from api.openai.parameters import refuse_unsupported
 from api.openai.protocol import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse
 from api.openai.sampling import build_sampling_params, token_ids_outside
-from api.openai.structured import checked_constraint
+from api.openai.structured import checked_constraint, json_safe
 from api.openai.usage import usage_of
 from api.pipeline.request import GenerationService
 from engine.types import ChoiceDelta
@@ -85,6 +85,7 @@ class CompletionService(GenerationService[CompletionRequest]):
     async def stream_events(self, req: CompletionRequest, served: ServedModel, response_id: str, created: int,
                             calls: list[EngineCall], deltas: AsyncIterator[ChoiceDelta],
                             account: RequestAccount) -> AsyncIterator[str]:
+        deltas = json_safe(req, deltas)
         offsets: dict[int, int] = {}
         async for piece in pieces(req, calls, deltas, self.engine.tokenizer()):
             d = piece.delta
@@ -103,6 +104,7 @@ class CompletionService(GenerationService[CompletionRequest]):
     async def collect(self, req: CompletionRequest, served: ServedModel, response_id: str, created: int,
                       calls: list[EngineCall], deltas: AsyncIterator[ChoiceDelta],
                       account: RequestAccount) -> CompletionResponse:
+        deltas = json_safe(req, deltas)
         count = len(calls) * req.n
         texts, positions = [""] * count, [[] for _ in range(count)]
         reasons: list[str | None] = [None] * count

@@ -38,6 +38,11 @@ HONOURED: dict[str, str] = {
     "response_format": "`text`; `json_object` or `json_schema` (with `strict`) constrain decoding to valid JSON "
                        "(compact: no whitespace between tokens)",
     "user": "end-user id: keeps a user on one rollout arm",
+    "tools": "chat: function tools, passed to the chat template; with `tool_choice` `required` or a named "
+             "function the output is a call matching their schemas (constrained decoding)",
+    "tool_choice": "chat: `none`, `required` or a named function; `auto` (the default with tools) is refused: it "
+                   "needs a tool-call parser for the model, which this server does not have",
+    "parallel_tool_calls": "chat: `false` allows one call at most under `required`",
     "stream": "server-sent events",
     "stream_options": "`include_usage` adds a final usage chunk",
     "modalities": "chat: `[\"text\"]` only",
@@ -62,11 +67,8 @@ NO_OPS: dict[str, str] = {
 }
 
 REFUSED: dict[str, str] = {
-    "tools": "tool calling is not available on this server",
-    "tool_choice": "tool calling is not available on this server",
-    "parallel_tool_calls": "tool calling is not available on this server",
-    "functions": "function calling is not available on this server",
-    "function_call": "function calling is not available on this server",
+    "functions": "the form of function calling before tools is not available; send tools",
+    "function_call": "the form of function calling before tools is not available; send tool_choice",
     "audio": "audio output is not available; the server generates text",
     "prediction": "predicted outputs are not available",
     "web_search_options": "web search is not available",
@@ -78,17 +80,15 @@ REFUSED: dict[str, str] = {
     "suffix": "no model served here has a fill-in-the-middle template",
 }
 
-ASKS_NOTHING: dict[str, Any] = {"store": False, "parallel_tool_calls": False, "tools": []}
+ASKS_NOTHING: dict[str, Any] = {"store": False}
 
-# A chat message's fields beyond role, content and name (a message echoed from a response carries them as null).
+# A chat message's fields beyond role, content, name, tool_calls and tool_call_id (a message echoed from a response carries them as null).
 MESSAGE_REFUSED: dict[str, str] = {
-    "tool_calls": "tool calling is not available on this server",
-    "tool_call_id": "tool calling is not available on this server",
-    "function_call": "function calling is not available on this server",
+    "function_call": "function calling (the form before tools) is not available; send tool_calls",
     "audio": "audio is not available",
     "refusal": "refusals are not rendered into prompts",
 }
-MESSAGE_ASKS_NOTHING: dict[str, Any] = {"tool_calls": [], "annotations": []}
+MESSAGE_ASKS_NOTHING: dict[str, Any] = {"annotations": []}
 
 
 def _asks_something(name: str, value: Any, nothing: dict[str, Any]) -> bool:

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.generation.budget import OutputLimit
+from api.openai.tools import ToolCall, ToolChoice, ToolDefinition
 
 MAX_N = 16
 MAX_STOP = 4
@@ -18,6 +19,7 @@ MAX_INT32 = 2**31 - 1
 MAX_LOGIT_BIAS = 1024
 MAX_STOP_TOKEN_IDS = 64
 MAX_CHOICES = 256
+MAX_TOOLS = 128
 # A schema, regex or grammar is compiled in the serving process before the request reaches the engine.
 MAX_CONSTRAINT_CHARS = 32 * 1024
 Constraint = Annotated[str, Field(max_length=MAX_CONSTRAINT_CHARS)]
@@ -127,9 +129,11 @@ class ChatMessage(BaseModel):
     # set to anything else is refused by name (`api/openai/parameters.py`).
     model_config = ConfigDict(extra="allow")
 
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = Field(default=None, max_length=256)
+    tool_calls: list[ToolCall] | None = None  # an assistant's earlier calls
+    tool_call_id: str | None = Field(default=None, max_length=256)  # a tool's answer to that call
 
     def text(self) -> str:
         """The message's text; parts joined by newlines, as vLLM's server joins them."""
@@ -148,6 +152,15 @@ class ChatCompletionRequest(SamplingFields):
     modalities: list[Literal["text"]] | None = None
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    tools: Annotated[list[ToolDefinition], Field(max_length=MAX_TOOLS)] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+
+    def forced_tool_choice(self) -> ToolChoice | None:
+        """`required` or a named function when tools are given: the output is then a call."""
+        if self.tools and (self.tool_choice == "required" or isinstance(self.tool_choice, BaseModel)):
+            return self.tool_choice
+        return None
 
     def output_limit(self) -> OutputLimit:
         if self.max_completion_tokens is not None:
@@ -224,7 +237,8 @@ class CompletionLogprobs(BaseModel):
 
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCall] | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ChatChoice(BaseModel):
@@ -245,9 +259,24 @@ class ChatCompletionResponse(BaseModel):
     prompt_token_ids: list[int] | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
+class FunctionCallDelta(BaseModel):
+    name: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    arguments: str
+
+
+class ToolCallDelta(BaseModel):
+    """What the openai SDK accumulates by `index`: the first delta of a call names it, later ones add arguments."""
+
+    index: int
+    id: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    type: Literal["function"] | None = Field(default=None, exclude_if=lambda v: v is None)
+    function: FunctionCallDelta
+
+
 class DeltaMessage(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ChatChunkChoice(BaseModel):

@@ -4,7 +4,7 @@ vLLM compiles a request's schema, regex or grammar on the serving process's even
 it, where a slow one would stall every stream. So a constraint is checked here before that: its patterns'
 repetition counts are bounded (a schema `pattern` compiles in time quadratic in them: `[a-z]{1,9000}` took
 4.6 s, `{1,1000}` 46 ms), then it is compiled once in a worker thread under a time limit. A constraint that
-fails is a 400 naming the field.
+fails is a 400 naming the field. JSON output is made strict JSON on its way out (`json_safe`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from vllm import SamplingParams
@@ -22,7 +22,9 @@ from vllm.sampling_params import StructuredOutputsParams
 from vllm.v1.structured_output.backend_xgrammar import validate_xgrammar_grammar
 
 from api.errors import bad_request
-from api.openai.protocol import SamplingFields
+from api.openai.protocol import ChatCompletionRequest, SamplingFields
+from api.openai.tools import tool_schema
+from engine.types import ChoiceDelta
 
 # Sum of the upper bounds of a pattern's counted repetitions (`{m,n}`).
 MAX_REPEAT_TOTAL = 1024
@@ -34,6 +36,12 @@ def constraint_of(req: SamplingFields) -> tuple[StructuredOutputsParams | None, 
     """The engine's constraint for the request, and the request field it came from. (The engine compiles JSON
     without free whitespace and every schema strictly: `engine/async_engine.py`.)"""
     fmt, so = req.response_format, req.structured_outputs
+    forced = req.forced_tool_choice() if isinstance(req, ChatCompletionRequest) else None
+    if forced is not None:
+        if so is not None or (fmt is not None and fmt.type != "text"):
+            raise bad_request("A forced tool call constrains the output, and so does response_format or "
+                              "structured_outputs: send one.", param="tool_choice")
+        return StructuredOutputsParams(json=tool_schema(req.tools, forced, req.parallel_tool_calls)), "tools"
     if fmt is not None and fmt.type == "json_object":
         return StructuredOutputsParams(json_object=True), "response_format"
     if fmt is not None and fmt.type == "json_schema" and fmt.json_schema is not None:
@@ -108,3 +116,28 @@ async def checked_constraint(req: SamplingFields) -> StructuredOutputsParams | N
         cause = f": {e.__cause__}" if e.__cause__ is not None else ""
         raise bad_request(f"The output constraint is not supported: {e}{cause}", param=param) from e
     return so
+
+
+_CONTROL = re.compile(r"[\x00-\x1f]")
+_SHORT_ESCAPES = {"\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape_controls(text: str) -> str:
+    """Raw control characters as JSON escapes. xgrammar 0.2.8 lets them into JSON strings, which strict JSON (and
+    pydantic, so the openai SDK's `parse`) refuses; with no free whitespace, a JSON output holds them nowhere else."""
+    return _CONTROL.sub(lambda m: _SHORT_ESCAPES.get(m.group(), f"\\u{ord(m.group()):04x}"), text)
+
+
+def constrained_to_json(req: SamplingFields) -> bool:
+    so, _ = constraint_of(req)
+    return so is not None and (so.json is not None or bool(so.json_object))
+
+
+async def json_safe(req: SamplingFields, deltas: AsyncIterator[ChoiceDelta]) -> AsyncIterator[ChoiceDelta]:
+    """The deltas, their text made strict JSON where the request constrained it to JSON."""
+    if not constrained_to_json(req):
+        async for d in deltas:
+            yield d
+        return
+    async for d in deltas:
+        yield dataclasses.replace(d, text=escape_controls(d.text)) if _CONTROL.search(d.text) else d

@@ -89,7 +89,8 @@ async def test_schema_errors_are_400_and_list_every_problem(fake_client):
 
 
 @pytest.mark.parametrize("path,body,param", [
-    ("/v1/chat/completions", {**CHAT, "tools": [{"type": "function"}]}, "tools"),
+    ("/v1/chat/completions", {**CHAT, "functions": [{"name": "f"}]}, "functions"),
+    ("/v1/chat/completions", {**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tool_choice"),
     ("/v1/completions", {"model": "fake-base", "prompt": "x", "suffix": "y"}, "suffix"),
     ("/v1/completions", {"model": "fake-base", "prompt": "x", "a_field_from_the_future": 1}, "a_field_from_the_future"),
 ])

@@ -26,7 +26,7 @@ from bench_report import markdown_table, replace_section, write_run  # noqa: E40
 
 @pytest.mark.parametrize("argv,expected", [
     ([], ["overhead", "lora-scaling", "tiers", "noisy-neighbour", "baseline-hf", "batch", "cluster", "kernels",
-          "mixed", "state", "routing", "scale", "admission"]),
+          "mixed", "state", "routing", "scale", "structured", "admission"]),
     (["tiers", "kernels"], ["tiers", "kernels"]),
 ])
 def test_scenarios_parse(argv, expected):
@@ -321,3 +321,14 @@ def test_batch_tables_show_the_phases_without_their_first_request():
     assert [row[0] for row in ttft[2:]] == ["live alone, each phase's first request left out",
                                              "beside a batch, the request that preempts it left out"]
     assert ttft[3][1:] == [30, 21, 40, 46]
+
+
+def test_structured_spreads_json_requests_over_every_model():
+    import bench_structured
+
+    models = ["base", "a", "b", "c"]
+    bodies = [bench_structured._body(models, i, with_json=True) for i in range(32)]
+    constrained = [b for b in bodies if "response_format" in b]
+    assert len(constrained) == 32 // bench_structured.JSON_SHARE
+    assert {b["model"] for b in constrained} == set(models)
+    assert all("response_format" not in b for b in (bench_structured._body(models, i, False) for i in range(8)))

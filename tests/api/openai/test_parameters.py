@@ -54,13 +54,13 @@ def test_docs_hold_the_table():
     ({"metadata": {"a": "b"}, "service_tier": "auto"}, []),
     ({"tools": None, "store": False, "parallel_tool_calls": False, "tools_": None}, []),
     ({"tools": []}, []),
-    ({"tools": [{"type": "function"}], "store": True}, ["store", "tools"]),
+    ({"functions": [{"name": "f"}], "store": True}, ["functions", "store"]),
     ({"suffix": "x"}, ["suffix"]),
     ({"brand_new_field": 1}, ["brand_new_field"]),
     ({"messages": [{"role": "assistant", "content": "x", "tool_calls": None, "refusal": None, "annotations": []}]},
      []),
-    ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": [{}]}]},
-     ["messages[1].tool_calls"]),
+    ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "refusal": "no"}]},
+     ["messages[1].refusal"]),
 ])
 def test_unsupported_fields(extra, refused):
     req = ChatCompletionRequest.model_validate({"model": "m", "messages": MSG, **extra})

@@ -85,7 +85,7 @@ def test_error_types_by_status(status, type_):
     {"stop_token_ids": [-1]},
     {"reasoning_effort": "extreme"},
     {"modalities": ["text", "audio"]},
-    {"messages": [{"role": "tool", "content": "x", "tool_call_id": "c"}]},
+    {"messages": [{"role": "function", "content": "x", "name": "f"}]},
 ])
 def test_chat_request_rejects_bad_new_fields(fields):
     with pytest.raises(ValidationError):

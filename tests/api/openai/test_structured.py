@@ -1,10 +1,20 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from api.errors import OpenAIError
 from api.openai.protocol import ChatCompletionRequest, CompletionRequest
-from api.openai.structured import MAX_REPEAT_TOTAL, checked_constraint, constraint_of, repeat_total
+from api.openai.structured import (
+    MAX_REPEAT_TOTAL,
+    checked_constraint,
+    constraint_of,
+    escape_controls,
+    json_safe,
+    repeat_total,
+)
+from engine.types import ChoiceDelta
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 
@@ -67,3 +77,25 @@ async def test_a_schema_for_chat_is_checked_like_one_for_completions():
         await checked_constraint(ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}],
                                                        response_format=fmt))
     assert info.value.param == "response_format"
+
+
+@pytest.mark.parametrize("text,escaped", [
+    ('{"a":"x"}', '{"a":"x"}'), ('{"a":"x\ty"}', '{"a":"x\\ty"}'), ('"\x00\x1f\n"', '"\\u0000\\u001f\\n"'),
+])
+def test_escape_controls_makes_strict_json(text, escaped):
+    assert escape_controls(text) == escaped
+    json.loads(escaped)
+
+
+@pytest.mark.parametrize("fields,escapes", [
+    ({"response_format": {"type": "json_object"}}, True),
+    ({"structured_outputs": {"json": SCHEMA}}, True),
+    ({"structured_outputs": {"regex": "a\tb"}}, False),
+    ({}, False),
+])
+async def test_json_safe_escapes_only_json_outputs(fields, escapes):
+    async def deltas():
+        yield ChoiceDelta(index=0, text='{"a":"x\t', token_ids=(1,))
+
+    out = [d.text async for d in json_safe(_req(**fields), deltas())]
+    assert out == (['{"a":"x\\t'] if escapes else ['{"a":"x\t'])

@@ -36,8 +36,8 @@ async def test_detokenize_inverts_tokenize(fake_client):
 @pytest.mark.parametrize("path,body,status,param", [
     ("/tokenize", {"model": "nope", "prompt": "x"}, 404, "model"),
     ("/tokenize", {"model": "fake-base", "prompt": "x", "truncate": 3}, 400, "truncate"),
-    ("/tokenize", {"model": "fake-base", "messages": [{"role": "user", "content": "x", "tool_calls": [{}]}]}, 400,
-     "messages[0].tool_calls"),
+    ("/tokenize", {"model": "fake-base", "messages": [{"role": "user", "content": "x", "refusal": "no"}]}, 400,
+     "messages[0].refusal"),
     ("/detokenize", {"model": "fake-base", "tokens": [10**9]}, 400, "tokens"),
     ("/detokenize", {"model": "nope", "tokens": [1]}, 404, "model"),
 ])

@@ -87,7 +87,7 @@ async def test_streaming_is_sse_ending_in_done(fake_client, server_with_poet):
     (CHAT, "model=nope", 404, "model_not_found"),
     ({**CHAT, "model": ""}, None, 400, "invalid_value"),
     ({**CHAT, "temperature": 5}, None, 400, "invalid_value"),
-    ({"messages": MESSAGES, "tools": [{"type": "function"}]}, None, 400, "unsupported_parameter"),
+    ({"messages": MESSAGES, "functions": [{"name": "f"}]}, None, 400, "unsupported_parameter"),
 ])
 async def test_errors_are_openai_shaped(fake_client, server_with_poet, payload, header, status, code):
     headers = {CUSTOM_ATTRIBUTES_HEADER: header} if header is not None else {}
