@@ -6,6 +6,7 @@ import hashlib
 import re
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -28,6 +29,26 @@ class ManifestFile(BaseModel):
     size: int = Field(ge=0, description="File size in bytes.")
 
 
+class LineagePart(BaseModel):
+    """One component of a published mixture."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=NAME_PATTERN.pattern)
+    version: int = Field(ge=1)
+    content_hash: str = Field(pattern=SHA256_PATTERN)
+    weight: float
+
+
+class Lineage(BaseModel):
+    """What a published mixture was built from, and how (adapters/compose.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    method: Literal["cat"] = Field(description="Rank stacking: exact, rank = the sum of the components' ranks.")
+    components: tuple[LineagePart, ...] = Field(min_length=2)
+
+
 class Manifest(BaseModel):
     """One immutable adapter version as published."""
 
@@ -48,6 +69,7 @@ class Manifest(BaseModel):
     base_model_id: str = Field(min_length=1, description="Id of the base model the adapter was validated against.")
     size_bytes: int = Field(ge=0, description="Total bytes of the stored files.")
     created_at: str = Field(description="When the version was published, ISO-8601 UTC (trailing Z).")
+    lineage: Lineage | None = Field(default=None, description="A mixture's components; None for a pushed folder.")
 
     @field_validator("files")
     @classmethod
@@ -92,7 +114,7 @@ def file_digest(path: Path) -> ManifestFile:
 
 
 def build_manifest(name: str, version: int, description: str, folder: Path, facts: AdapterFacts,
-                   base_model_id: str) -> Manifest:
+                   base_model_id: str, lineage: Lineage | None = None) -> Manifest:
     """The manifest of a validated folder; only the files that define the adapter are recorded."""
     files = tuple(file_digest(folder / file_name) for file_name in CONTENT_FILES)
     return Manifest(
@@ -108,6 +130,7 @@ def build_manifest(name: str, version: int, description: str, folder: Path, fact
         base_model_id=base_model_id,
         size_bytes=sum(f.size for f in files),
         created_at=utc_now(),
+        lineage=lineage,
     )
 
 

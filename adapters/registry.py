@@ -17,6 +17,7 @@ reference), AdapterNotFound (LookupError; names the reference, never a path), ad
 from __future__ import annotations
 
 import logging
+import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,7 +26,8 @@ from adapters.base_model import BaseModelSpec
 from adapters.home import data_home
 from adapters.identity import STABLE, ModelRef, check_alias, check_name, check_version, content_hash, version_label
 from adapters.index import RegistryIndex, VersionNotFound
-from adapters.manifest import MAX_DESCRIPTION_CHARS, Manifest, blob_key, build_manifest
+from adapters.compose import METHOD, Component, compose
+from adapters.manifest import MAX_DESCRIPTION_CHARS, Lineage, LineagePart, Manifest, blob_key, build_manifest
 from adapters.store import BlobStore, open_store
 from adapters.validation import AdapterFacts, ValidationLimits, validate_adapter_dir
 
@@ -133,7 +135,8 @@ class Registry:
         """Publish the adapter folder at `path` as the next version of `name` (see the module docstring)."""
         return self.push_with_status(path, name, description)[0]
 
-    def push_with_status(self, path: Path, name: str, description: str = "") -> tuple[Manifest, bool]:
+    def push_with_status(self, path: Path, name: str, description: str = "",
+                         lineage: Lineage | None = None) -> tuple[Manifest, bool]:
         """Like push; the flag is False when the newest version already had this content."""
         if len(description) > MAX_DESCRIPTION_CHARS:
             raise ValueError(f"description is {len(description)} characters, more than {MAX_DESCRIPTION_CHARS}")
@@ -143,7 +146,7 @@ class Registry:
             return reservation.existing, False
         version = reservation.version
         try:
-            manifest = build_manifest(name, version, description, path, facts, self.base.model_id)
+            manifest = build_manifest(name, version, description, path, facts, self.base.model_id, lineage)
             for file in manifest.files:
                 self.store.put_file(blob_key(manifest, file), path / file.path)
             self.index.commit_version(manifest)
@@ -151,6 +154,25 @@ class Registry:
             self._abandon(name, version)
             raise
         return manifest, True
+
+    def compose(self, name: str, parts: list[tuple[ModelRef, float]], description: str = "") -> tuple[Manifest, bool]:
+        """Publishes the weighted mixture of `parts` (each a published version and its weight) as the next version
+        of `name`, built exactly (adapters/compose.py), validated like any push, its lineage in the manifest.
+        Raises AdapterNotFound for a part that names nothing, CompositionError when they cannot be mixed."""
+        manifests = [self.resolve(ref) for ref, _ in parts]
+        with tempfile.TemporaryDirectory(prefix="loraplex-compose-") as tmp:
+            components = []
+            for i, (manifest, (_, weight)) in enumerate(zip(manifests, parts)):
+                folder = Path(tmp) / f"part-{i}"
+                folder.mkdir()
+                for file in manifest.files:
+                    self.store.get_file(blob_key(manifest, file), folder / file.path)
+                components.append(Component(manifest.label, manifest.content_hash, weight, folder))
+            mixture = compose(components, Path(tmp) / "mixture")
+            lineage = Lineage(method=METHOD, components=tuple(
+                LineagePart(name=m.name, version=m.version, content_hash=m.content_hash, weight=weight)
+                for m, (_, weight) in zip(manifests, parts)))
+            return self.push_with_status(mixture, name, description, lineage)
 
     def _abandon(self, name: str, version: int) -> None:
         try:

@@ -4,15 +4,34 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from adapters.identity import MAX_VERSION, STABLE
 from adapters.manifest import Manifest
 
 
+# A mixture's rank is the sum of its components': a handful already reaches --max-lora-rank.
+MAX_COMPONENTS = 16
+
+
 class PromoteRequest(BaseModel):
     version: int = Field(ge=1, le=MAX_VERSION, description="Version to point the alias at.")
     alias: str = Field(default=STABLE, description="Alias to move.")
+
+
+class ComposePart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="A published version: NAME@V, NAME:ALIAS or NAME (its stable version).")
+    weight: float = Field(allow_inf_nan=False, description="Its weight in the mixture (may be negative).")
+
+
+class ComposeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    components: list[ComposePart] = Field(min_length=2, max_length=MAX_COMPONENTS,
+                                          description="The adapters to mix and their weights.")
+    description: str = Field(default="", description="Free text shown in listings.")
 
 
 class RollbackRequest(BaseModel):

@@ -8,6 +8,7 @@ from api.admin.protocol import (
     AdapterList,
     AdapterView,
     AliasView,
+    ComposeRequest,
     DeletedVersion,
     EvictResult,
     LoadResult,
@@ -58,6 +59,14 @@ async def publish_adapter(request: Request, admin: AdminService = Admin) -> Vers
 @admin_router.get("/{name}", response_model=AdapterView)
 async def get_adapter(name: str, admin: AdminService = Admin) -> AdapterView:
     return admin.get(name)
+
+
+@admin_router.post("/{name}/compose", response_model=VersionView, status_code=201)
+async def compose(name: str, request: Request, admin: AdminService = Admin) -> VersionView:
+    """Publishes a weighted mixture of published versions as the next version of `name` (exact; the manifest's
+    `lineage` records the components)."""
+    body = await parse_body(request, ComposeRequest, request.app.state.server.input_limits.max_json_depth)
+    return await admin.compose(name, [(p.model, p.weight) for p in body.components], body.description)
 
 
 @admin_router.post("/{name}/promote", response_model=AliasView)

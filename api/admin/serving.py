@@ -103,6 +103,19 @@ class AdminService:
             raise bad_request(str(e), code="invalid_adapter") from e
         return self.describe(manifest)
 
+    async def compose(self, name: str, parts: list[tuple[str, float]], description: str) -> VersionView:
+        """Publishes the weighted mixture of published versions (adapters/compose.py) as the next version of `name`."""
+        try:
+            refs = [(parse_model_ref(model), weight) for model, weight in parts]
+            manifest, _ = await asyncio.to_thread(self.registry.compose, name, refs, description)
+        except AdapterNotFound as e:
+            raise OpenAIError(404, str(e), param="components", code="adapter_not_found") from e
+        except AdapterValidationError as e:
+            raise _invalid(e) from e
+        except ValueError as e:  # a malformed reference, components that cannot be mixed, a refused name
+            raise bad_request(str(e), param="components", code="invalid_adapter") from e
+        return self.describe(manifest)
+
     async def promote(self, name: str, version: int, alias: str) -> AliasView:
         try:
             manifest = self.registry.resolve(ModelRef(check_name(name), version))

@@ -12,7 +12,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from adapters.base_model import BaseModelError, base_model_spec
 from adapters.demo.assets import DemoConfig, ensure_demo_assets
 from adapters.home import demo_home
-from adapters.identity import STABLE, parse_model_ref, version_label
+from adapters.identity import STABLE, ModelRef, parse_model_ref, version_label
+from adapters.manifest import Manifest
 from adapters.registry import Registry, RegistryConfig
 from adapters.rollouts import RolloutStore
 from adapters.validation import AdapterValidationError
@@ -56,12 +57,16 @@ def add_adapters_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
     push.add_argument("path", type=Path, metavar="PATH", help="PEFT LoRA folder (adapter_config.json + safetensors).")
     push.add_argument("--name", required=True, help="Adapter name.")
     push.add_argument("--description", default="", help="Free text shown in listings.")
-    goes_live = push.add_mutually_exclusive_group()
-    goes_live.add_argument("--promote", action="store_true", help="Also make the pushed version NAME's stable "
-                           "(ends NAME's rollout). Without it (or --canary) a name that has a stable version keeps "
-                           "serving it.")
-    goes_live.add_argument("--canary", type=float, default=None, metavar="P", help="Also start a canary: P%% of "
-                           "bare NAME's requests go to the pushed version (see `rollout`; default guard).")
+    _add_goes_live(push)
+    compose = actions.add_parser("compose", parents=[common], help="Publish a weighted mixture of published "
+                                 "adapters as a new version of NAME (exact: ranks stacked; the manifest records "
+                                 "the components).")
+    compose.add_argument("name", metavar="NAME", help="Adapter name the mixture is published under.")
+    compose.add_argument("--from", dest="parts", action="append", required=True, metavar="REF=WEIGHT",
+                         help="A component and its weight, e.g. sql-helper@2=0.7 (NAME alone: its stable "
+                         "version); at least two.")
+    compose.add_argument("--description", default="", help="Free text shown in listings.")
+    _add_goes_live(compose)
     listing = actions.add_parser("list", parents=[common], help="List adapters, versions and aliases.")
     listing.add_argument("--json", action="store_true", help="Print JSON.")
     show = actions.add_parser("show", parents=[common], help="Show one version: NAME, NAME@V or NAME:ALIAS.")
@@ -78,6 +83,15 @@ def add_adapters_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
     delete.add_argument("ref", metavar="NAME@V")
     add_rollout_parsers(actions, common)
     return parser
+
+
+def _add_goes_live(action: argparse.ArgumentParser) -> None:
+    goes_live = action.add_mutually_exclusive_group()
+    goes_live.add_argument("--promote", action="store_true", help="Also make the new version NAME's stable "
+                           "(ends NAME's rollout). Without it (or --canary) a name that has a stable version keeps "
+                           "serving it.")
+    goes_live.add_argument("--canary", type=float, default=None, metavar="P", help="Also start a canary: P%% of "
+                           "bare NAME's requests go to the new version (see `rollout`; default guard).")
 
 
 def run_adapters(args: argparse.Namespace) -> int:
@@ -105,7 +119,7 @@ def _fail(message: str, problems: list[str]) -> int:
 def _open_registry(args: argparse.Namespace) -> Registry:
     config = RegistryConfig(store_uri=args.store, index_url=args.index, max_adapter_bytes=args.max_adapter_bytes)
     base = None
-    if args.adapters_command == "push":
+    if args.adapters_command in ("push", "compose"):
         base_dir = args.base_model
         if base_dir is None:
             base_dir = ensure_demo_assets(demo_home(), config_from_args(DemoConfig, args)).model_dir
@@ -121,7 +135,32 @@ def _versioned(ref: str) -> tuple[str, int]:
 
 
 def _push(registry: Registry, args: argparse.Namespace) -> int:
-    manifest, created = registry.push_with_status(args.path, args.name, args.description)
+    return _published(registry, args, *registry.push_with_status(args.path, args.name, args.description))
+
+
+def _weighted(part: str) -> tuple[ModelRef, float]:
+    ref, sep, weight = part.rpartition("=")
+    try:
+        if not sep:
+            raise ValueError
+        return parse_model_ref(ref), float(weight)
+    except ValueError as e:
+        raise ValueError(f"--from expects REF=WEIGHT (e.g. sql-helper@2=0.7), got {part!r}") from e
+
+
+def _compose(registry: Registry, args: argparse.Namespace) -> int:
+    parts = [_weighted(part) for part in args.parts]
+    manifest, created = registry.compose(args.name, parts, args.description)
+    # The versions each part resolved to (a folder pushed before with the same content has no lineage).
+    named = ([(version_label(p.name, p.version), p.weight) for p in manifest.lineage.components] if manifest.lineage
+             else [(str(ref), weight) for ref, weight in parts])
+    mix = " + ".join(f"{weight:g} x {label}" for label, weight in named)
+    print(f"mixture: {mix} (rank {manifest.rank})")
+    return _published(registry, args, manifest, created)
+
+
+def _published(registry: Registry, args: argparse.Namespace, manifest: Manifest, created: bool) -> int:
+    """Reports a push and takes it live when asked (--promote, --canary)."""
     if created:
         print(f"pushed {manifest.label} (content {manifest.content_hash[:12]}, {manifest.size_bytes} bytes)")
     else:
@@ -202,6 +241,6 @@ def _delete(registry: Registry, args: argparse.Namespace) -> int:
     return 0
 
 
-_ACTIONS = {"push": _push, "list": _list, "show": _show, "promote": _promote, "rollback": _rollback,
-            "delete": _delete, "rollout": lambda registry, args: start_rollout(registry, args, _versioned),
-            "abort": abort_rollout, "report": show_report, "fallback": set_fallback}
+_ACTIONS = {"push": _push, "compose": _compose, "list": _list, "show": _show, "promote": _promote,
+            "rollback": _rollback, "delete": _delete,
+            "rollout": lambda registry, args: start_rollout(registry, args, _versioned), "abort": abort_rollout, "report": show_report, "fallback": set_fallback}

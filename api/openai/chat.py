@@ -100,6 +100,38 @@ def assistant_reply(text: str, finish_reason: str | None,
     return AssistantMessage(content=None, tool_calls=calls), finish_reason_of_calls(forced)
 
 
+async def _whole_calls(req: ChatCompletionRequest, forced: ToolChoice,
+                       deltas: AsyncIterator[ChoiceDelta]) -> AsyncIterator[ChatChunkChoice]:
+    """One chunk per choice, at its end: its calls (or its text, when cut short)."""
+    async for d in collected_deltas(deltas):
+        message, finish = assistant_reply(d.text, d.finish_reason, forced)
+        calls = [ToolCallDelta(index=i, id=c.id, type="function",
+                               function=FunctionCallDelta(name=c.function.name, arguments=c.function.arguments))
+                 for i, c in enumerate(message.tool_calls or ())]
+        yield ChatChunkChoice(index=d.index, delta=DeltaMessage(content=message.content, tool_calls=calls or None),
+                              logprobs=chat_logprobs(d.logprobs), finish_reason=finish,
+                              token_ids=list(d.token_ids) if req.return_token_ids else None)
+
+
+async def _streamed(req: ChatCompletionRequest, forced: NamedToolChoice | None,
+                    deltas: AsyncIterator[ChoiceDelta]) -> AsyncIterator[ChatChunkChoice]:
+    """A chunk per delta: text, or a forced function's arguments as they are generated (a choice's first call
+    delta carries the call's id and name, as the openai SDK accumulates them)."""
+    call_ids: dict[int, str] = {}
+    async for d in deltas:
+        delta = DeltaMessage(content=d.text) if d.text else DeltaMessage()
+        if forced is not None and d.text:
+            head = d.index not in call_ids
+            if head:
+                call_ids[d.index] = ToolCall(function=FunctionCall(name=forced.function.name, arguments="")).id
+            delta = DeltaMessage(tool_calls=[ToolCallDelta(
+                index=0, id=call_ids[d.index] if head else None, type="function" if head else None,
+                function=FunctionCallDelta(name=forced.function.name if head else None, arguments=d.text))])
+        yield ChatChunkChoice(index=d.index, delta=delta, logprobs=chat_logprobs(d.logprobs),
+                              finish_reason=d.finish_reason,
+                              token_ids=list(d.token_ids) if req.return_token_ids else None)
+
+
 class ChatService(GenerationService[ChatCompletionRequest]):
     response_prefix = "chatcmpl"
 
@@ -133,6 +165,7 @@ class ChatService(GenerationService[ChatCompletionRequest]):
                             calls: list[EngineCall], deltas: AsyncIterator[ChoiceDelta],
                             account: RequestAccount) -> AsyncIterator[str]:
         deltas = json_safe(req, deltas)
+
         def chunk(choices, usage=None) -> str:
             return sse(ChatCompletionChunk(id=response_id, created=created, model=served.id, choices=choices,
                                            usage=usage))
@@ -141,35 +174,11 @@ class ChatService(GenerationService[ChatCompletionRequest]):
                      for i in range(req.n)])
         forced = req.forced_tool_choice()
         if forced is not None and not isinstance(forced, NamedToolChoice):
-            # `required`: the calls are known once their JSON is whole, so each choice is sent at its end.
-            async for d in collected_deltas(deltas):
-                message, finish = assistant_reply(d.text, d.finish_reason, forced)
-                calls = [ToolCallDelta(index=i, id=c.id, type="function",
-                                       function=FunctionCallDelta(name=c.function.name, arguments=c.function.arguments))
-                         for i, c in enumerate(message.tool_calls or ())]
-                yield chunk([ChatChunkChoice(
-                    index=d.index, delta=DeltaMessage(content=message.content, tool_calls=calls or None),
-                    logprobs=chat_logprobs(d.logprobs), finish_reason=finish,
-                    token_ids=list(d.token_ids) if req.return_token_ids else None)])
+            choices = _whole_calls(req, forced, deltas)  # `required`: calls are known once their JSON is whole
         else:
-            named = forced is not None
-            call_id = ToolCall(function=FunctionCall(name="", arguments="")).id
-            started: set[int] = set()
-            async for d in deltas:
-                delta = DeltaMessage(content=d.text) if d.text else DeltaMessage()
-                if named and d.text:  # a forced function's arguments stream as they are generated
-                    head = d.index not in started
-                    started.add(d.index)
-                    delta = DeltaMessage(tool_calls=[ToolCallDelta(
-                        index=0, id=call_id if head else None, type="function" if head else None,
-                        function=FunctionCallDelta(name=forced.function.name if head else None, arguments=d.text))])
-                yield chunk([ChatChunkChoice(
-                    index=d.index,
-                    delta=delta,
-                    logprobs=chat_logprobs(d.logprobs),
-                    finish_reason=d.finish_reason,
-                    token_ids=list(d.token_ids) if req.return_token_ids else None,
-                )])
+            choices = _streamed(req, forced, deltas)
+        async for choice in choices:
+            yield chunk([choice])
         if req.stream_options is not None and req.stream_options.include_usage:
             yield chunk([], usage=usage_of(account))
 

@@ -135,6 +135,14 @@ class ChatMessage(BaseModel):
     tool_calls: list[ToolCall] | None = None  # an assistant's earlier calls
     tool_call_id: str | None = Field(default=None, max_length=256)  # a tool's answer to that call
 
+    @model_validator(mode="after")
+    def _tool_fields_by_role(self):
+        if (self.role == "tool") != (self.tool_call_id is not None):
+            raise ValueError("tool_call_id is required on a tool message, and only there")
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("tool_calls belong to assistant messages")
+        return self
+
     def text(self) -> str:
         """The message's text; parts joined by newlines, as vLLM's server joins them."""
         if self.content is None:

@@ -55,7 +55,8 @@ def test_cve_family_completion_inputs_are_refused(server, acme, base_model_id, f
 @pytest.mark.parametrize(("messages", "fields", "param"), [
     ([{"role": "user", "content": "hi"}], {"top_logprobs": 10_000, "logprobs": True}, "top_logprobs"),
     ([{"role": "user", "content": "{% for i in range(10**9) %}x{% endfor %}"}], {}, None),  # text, not template
-    ([{"role": "tool", "content": "hi"}], {}, "messages[0].role"),
+    ([{"role": "function", "content": "hi"}], {}, "messages[0].role"),
+    ([{"role": "tool", "content": "hi"}], {}, "messages[0]"),
     ([{"role": "user", "content": "hi"}] * 5000, {}, "messages"),
     ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://10.0.0.1/x"}}]}], {},
      "messages[0].content"),

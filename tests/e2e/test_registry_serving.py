@@ -15,6 +15,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from adapters.identity import parse_model_ref
+from adapters.manifest import blob_key
 from tests.engine_gate import EngineGate
 
 MAX_TOKENS = 12
@@ -244,3 +246,46 @@ def test_admin_api(server, acme, keys, template, tmp_path):
     missing = httpx.post(f"{server}/v1/adapters/uploaded/promote", json={"version": 9}, headers=admin)
     assert missing.status_code == 404
     assert set(missing.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_a_published_mixture_serves_what_transformers_and_peft_compute(server, acme, registry, hf_reference,
+                                                                       tokenizer, tmp_path):
+    """A composition is one more adapter to the engine: its greedy outputs equal HF + peft's with the mixture."""
+    manifest, _ = registry.compose("blend-e2e", [(parse_model_ref("sql-helper@1"), 0.7),
+                                                 (parse_model_ref("support-bot@1"), -0.3)])
+    folder = tmp_path / "blend"
+    folder.mkdir()
+    for file in manifest.files:
+        registry.store.get_file(blob_key(manifest, file), folder / file.path)
+    ids = tokenizer.encode("a mixture of two adapters", add_special_tokens=False)
+    response = httpx.post(f"{server}/v1/completions", headers=acme, timeout=120, json={
+        "model": "blend-e2e", "prompt": ids, "max_tokens": 16, "temperature": 0, "ignore_eos": True,
+        "return_token_ids": True})
+    assert response.status_code == 200, response.text
+    assert response.json()["model"] == "blend-e2e@1"
+    served = response.json()["choices"][0]["token_ids"]
+    assert served == hf_reference.greedy(folder, ids, 16)
+    assert served == _peft_cat_greedy(hf_reference, {"sql-helper": 0.7, "support-bot": -0.3}, ids, 16)
+    assert served != hf_reference.greedy("sql-helper", ids, 16)
+
+
+def _peft_cat_greedy(hf_reference, weights: dict[str, float], ids: list[int], count: int) -> list[int]:
+    """Greedy tokens of the mixture PEFT builds itself (`add_weighted_adapter`, `cat`), float32, no KV cache."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    names = list(weights)
+    base = AutoModelForCausalLM.from_pretrained(hf_reference.model_dir, dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, hf_reference.adapter_dirs[names[0]], adapter_name=names[0])
+    for name in names[1:]:
+        model.load_adapter(hf_reference.adapter_dirs[name], adapter_name=name)
+    model.add_weighted_adapter(names, list(weights.values()), "mix", combination_type="cat")
+    model.set_adapter("mix")
+    model.eval()
+    tokens, out = torch.tensor([ids]), []
+    with torch.no_grad():
+        for _ in range(count):
+            out.append(int(model(tokens).logits[0, -1].argmax()))
+            tokens = torch.cat([tokens, torch.tensor([[out[-1]]])], dim=1)
+    return out

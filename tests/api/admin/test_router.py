@@ -49,3 +49,29 @@ async def test_an_upload_with_a_long_description_is_400(fake_client, demo_assets
                                       content=buffer.getvalue(), headers={"content-type": "application/gzip"})
     assert response.status_code == 400, response.text
     assert "description" in response.json()["error"]["message"]
+
+
+async def test_compose_publishes_a_mixture_with_its_lineage(fake_client, fake_server, demo_assets):
+    for name in ("sql-helper", "support-bot"):
+        fake_server.registry.push(demo_assets.adapter_dirs[name], name)
+    body = {"components": [{"model": "sql-helper@1", "weight": 0.5}, {"model": "support-bot", "weight": 0.5}],
+            "description": "half and half"}
+    response = await fake_client.post("/v1/adapters/blend/compose", json=body)
+    assert response.status_code == 201, response.text
+    view = response.json()
+    assert (view["name"], view["version"], view["rank"]) == ("blend", 1, 24)
+    assert [(p["name"], p["version"], p["weight"]) for p in view["lineage"]["components"]] == [
+        ("sql-helper", 1, 0.5), ("support-bot", 1, 0.5)]
+
+
+@pytest.mark.parametrize("components,status,param", [
+    ([{"model": "sql-helper@1", "weight": 1.0}], 400, "components"),
+    ([{"model": "sql-helper@1", "weight": 1.0}, {"model": "nope@1", "weight": 1.0}], 404, "components"),
+    ([{"model": "sql-helper@1", "weight": 1.0}, {"model": "sql-helper@1", "weight": "NaN"}], 400,
+     "components[1].weight"),
+])
+async def test_compose_refusals(fake_client, fake_server, demo_assets, components, status, param):
+    fake_server.registry.push(demo_assets.adapter_dirs["sql-helper"], "sql-helper")
+    response = await fake_client.post("/v1/adapters/blend/compose", json={"components": components})
+    assert response.status_code == status, response.text
+    assert response.json()["error"]["param"] == param

@@ -135,3 +135,34 @@ def test_a_push_never_goes_live_by_accident(cli, adapter, capsys):
     with pytest.raises(SystemExit) as refused:  # argparse refuses the pair before anything is pushed
         cli("push", adapter("poet"), "--name", "x", "--promote", "--canary", "5")
     assert refused.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+def test_compose_publishes_an_exact_mixture_with_its_lineage(cli, adapter):
+    assert cli("push", adapter("sql-helper"), "--name", "domain")[0] == 0
+    assert cli("push", adapter("support-bot"), "--name", "tone")[0] == 0
+    code, out, err = cli("compose", "blend", "--from", "domain@1=0.7", "--from", "tone=0.3")
+    assert code == 0, err
+    assert "mixture: 0.7 x domain@1 + 0.3 x tone@1 (rank 24)" in out and "pushed blend@1" in out
+    code, out, _ = cli("show", "blend", "--json")
+    manifest = json.loads(out)["manifest"]
+    assert manifest["lineage"]["method"] == "cat"
+    assert [(p["name"], p["version"], p["weight"]) for p in manifest["lineage"]["components"]] == [
+        ("domain", 1, 0.7), ("tone", 1, 0.3)]
+    assert manifest["target_modules"] == ["k_proj", "o_proj", "q_proj", "v_proj"]
+    # The same mixture again is the same content: nothing new; a changed weight is a new version beside stable.
+    assert "already has this content" in cli("compose", "blend", "--from", "domain@1=0.7", "--from", "tone=0.3")[1]
+    code, out, _ = cli("compose", "blend", "--from", "domain@1=0.5", "--from", "tone@1=0.5", "--canary", "10")
+    assert code == 0 and "pushed blend@2" in out and "10% of blend -> blend@2 (canary)" in out
+
+
+@pytest.mark.parametrize("parts,problem", [
+    (["domain@1=0.5"], "at least two"),
+    (["domain@1=0.5", "nothing@1=0.5"], "nothing@1"),
+    (["domain@1", "tone@1=0.5"], "REF=WEIGHT"),
+    (["poet@1=0.5", "tone@1=0.5"], "rank 80 exceeds max_lora_rank 64"),
+])
+def test_compose_refusals(cli, adapter, parts, problem):
+    for name, source in (("domain", "sql-helper"), ("tone", "support-bot"), ("poet", "poet")):
+        assert cli("push", adapter(source), "--name", name)[0] == 0
+    code, _, err = cli("compose", "blend", *[arg for part in parts for arg in ("--from", part)])
+    assert code == 2 and problem in err

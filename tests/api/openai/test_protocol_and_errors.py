@@ -86,6 +86,10 @@ def test_error_types_by_status(status, type_):
     {"reasoning_effort": "extreme"},
     {"modalities": ["text", "audio"]},
     {"messages": [{"role": "function", "content": "x", "name": "f"}]},
+    {"messages": [{"role": "tool", "content": "x"}]},
+    {"messages": [{"role": "user", "content": "x", "tool_call_id": "c"}]},
+    {"messages": [{"role": "user", "content": "x", "tool_calls": [{"id": "c", "type": "function",
+                                                                   "function": {"name": "f", "arguments": "{}"}}]}]},
 ])
 def test_chat_request_rejects_bad_new_fields(fields):
     with pytest.raises(ValidationError):
