@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.identity import parse_model_ref
 from adapters.manifest import blob_key
-from tests.engine_gate import EngineGate
+from tests.engine_gate import EngineGate, until_engine_holds
 
 MAX_TOKENS = 12
 
@@ -248,9 +248,10 @@ def test_admin_api(server, acme, keys, template, tmp_path):
     assert set(missing.json()["error"]) == {"message", "type", "param", "code"}
 
 
-def test_a_published_mixture_serves_what_transformers_and_peft_compute(server, acme, registry, hf_reference,
-                                                                       tokenizer, tmp_path):
-    """A composition is one more adapter to the engine: its greedy outputs equal HF + peft's with the mixture."""
+async def test_a_published_mixture_serves_what_transformers_and_peft_compute(
+        server, server_process, acme, keys, registry, hf_reference, tokenizer, base_model_id, tmp_path):
+    """A composition is one more adapter to the engine: its greedy outputs equal HF + peft's with the mixture,
+    alone, and in one batch beside the base model and one of its own components."""
     manifest, _ = registry.compose("blend-e2e", [(parse_model_ref("sql-helper@1"), 0.7),
                                                  (parse_model_ref("support-bot@1"), -0.3)])
     folder = tmp_path / "blend"
@@ -258,15 +259,28 @@ def test_a_published_mixture_serves_what_transformers_and_peft_compute(server, a
     for file in manifest.files:
         registry.store.get_file(blob_key(manifest, file), folder / file.path)
     ids = tokenizer.encode("a mixture of two adapters", add_special_tokens=False)
-    response = httpx.post(f"{server}/v1/completions", headers=acme, timeout=120, json={
-        "model": "blend-e2e", "prompt": ids, "max_tokens": 16, "temperature": 0, "ignore_eos": True,
-        "return_token_ids": True})
-    assert response.status_code == 200, response.text
-    assert response.json()["model"] == "blend-e2e@1"
-    served = response.json()["choices"][0]["token_ids"]
+
+    def body(model: str, max_tokens: int = 16) -> dict:
+        return {"model": model, "prompt": ids, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+                "return_token_ids": True}
+
+    async with httpx.AsyncClient(base_url=server, headers=acme, timeout=120) as client:
+        response = await client.post("/v1/completions", json=body("blend-e2e"))
+        assert response.status_code == 200, response.text
+        assert response.json()["model"] == "blend-e2e@1"
+        served = response.json()["choices"][0]["token_ids"]
+        assert (await client.post("/v1/completions", json=body("sql-helper", 1))).status_code == 200  # in its slot
+        models = [base_model_id, "blend-e2e", "sql-helper"] * 2
+        with EngineGate.of(server_process.proc.pid):
+            batch = [asyncio.create_task(client.post("/v1/completions", json=body(m))) for m in models]
+            await until_engine_holds(client, len(models), keys.metrics_headers)
+        mixed = [r.json()["choices"][0]["token_ids"] for r in await asyncio.gather(*batch)]
     assert served == hf_reference.greedy(folder, ids, 16)
     assert served == _peft_cat_greedy(hf_reference, {"sql-helper": 0.7, "support-bot": -0.3}, ids, 16)
     assert served != hf_reference.greedy("sql-helper", ids, 16)
+    expected = {base_model_id: hf_reference.greedy(None, ids, 16), "blend-e2e": served,
+                "sql-helper": hf_reference.greedy("sql-helper", ids, 16)}
+    assert mixed == [expected[m] for m in models]
 
 
 def _peft_cat_greedy(hf_reference, weights: dict[str, float], ids: list[int], count: int) -> list[int]:
