@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import zlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -226,22 +227,26 @@ def vllm_bench(base_url: str, model: str, tokenizer: Path, concurrency: int, num
     return {k: result[k] for k in VLLM_BENCH_KEYS if k in result}
 
 
+async def sse_chunks(client: httpx.AsyncClient, path: str, body: dict) -> AsyncIterator[dict]:
+    """The JSON chunks of a streamed response (the final [DONE] left out); an HTTP error raises."""
+    async with client.stream("POST", path, json=body) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                yield json.loads(line[6:])
+
+
 async def stream_ttft(client: httpx.AsyncClient, body: dict) -> tuple[float, int]:
     """Seconds to the first streamed chunk with a choice (the first token; its text may be empty while a
     character is incomplete) and the completion tokens the server counted (`stream_options.include_usage`)."""
     started = time.perf_counter()
     first, tokens = None, None
     body = {**body, "stream": True, "stream_options": {"include_usage": True}}
-    async with client.stream("POST", "/v1/completions", json=body) as response:
-        response.raise_for_status()
-        async for line in response.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("choices") and first is None:
-                first = time.perf_counter() - started
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
+    async for chunk in sse_chunks(client, "/v1/completions", body):
+        if chunk.get("choices") and first is None:
+            first = time.perf_counter() - started
+        if chunk.get("usage"):
+            tokens = chunk["usage"]["completion_tokens"]
     if tokens is None:
         raise RuntimeError("the stream ended without a usage chunk")
     return (first if first is not None else time.perf_counter() - started), tokens

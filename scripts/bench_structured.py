@@ -25,6 +25,7 @@ from bench_servers import (
     percentile_ms,
     running,
     say,
+    sse_chunks,
     vllm_command,
 )
 
@@ -54,17 +55,12 @@ async def _chat(client: httpx.AsyncClient, body: dict) -> tuple[float, int, bool
     """TTFT in seconds, completion tokens, and whether a constrained answer parsed."""
     started = time.perf_counter()
     first, tokens, text = None, None, ""
-    async with client.stream("POST", "/v1/chat/completions", json=body) as response:
-        response.raise_for_status()
-        async for line in response.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("choices"):
-                first = first if first is not None else time.perf_counter() - started
-                text += chunk["choices"][0]["delta"].get("content") or ""
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
+    async for chunk in sse_chunks(client, "/v1/chat/completions", body):
+        if chunk.get("choices"):
+            first = first if first is not None else time.perf_counter() - started
+            text += chunk["choices"][0]["delta"].get("content") or ""
+        if chunk.get("usage"):
+            tokens = chunk["usage"]["completion_tokens"]
     if tokens is None:
         raise RuntimeError("the stream ended without a usage chunk")
     parsed = True
