@@ -125,7 +125,7 @@ class TextPart(BaseModel):
 
 
 class ChatMessage(BaseModel):
-    # A message echoed back from a response carries its null fields (`tool_calls`, `refusal`, ...); a field
+    # A message echoed back from a response carries its null fields (`refusal`, `annotations`, ...); a field
     # set to anything else is refused by name (`api/openai/parameters.py`).
     model_config = ConfigDict(extra="allow")
 
