@@ -21,7 +21,7 @@ MAX_STOP_TOKEN_IDS = 64
 MAX_CHOICES = 256
 MAX_TOOLS = 128
 # A schema, regex or grammar is compiled in the serving process before the request reaches the engine.
-MAX_CONSTRAINT_CHARS = 32 * 1024
+MAX_CONSTRAINT_CHARS = 64 * 1024
 Constraint = Annotated[str, Field(max_length=MAX_CONSTRAINT_CHARS)]
 
 

@@ -22,7 +22,7 @@ from vllm.sampling_params import StructuredOutputsParams
 from vllm.v1.structured_output.backend_xgrammar import validate_xgrammar_grammar
 
 from api.errors import bad_request
-from api.openai.protocol import ChatCompletionRequest, SamplingFields
+from api.openai.protocol import MAX_CONSTRAINT_CHARS, ChatCompletionRequest, SamplingFields
 from api.openai.tools import tool_schema
 from engine.types import ChoiceDelta
 
@@ -100,6 +100,9 @@ async def checked_constraint(req: SamplingFields) -> StructuredOutputsParams | N
     so, param = constraint_of(req)
     if so is None:
         return None
+    if isinstance(so.json, dict) and len(json.dumps(so.json)) > MAX_CONSTRAINT_CHARS:
+        raise bad_request(f"The schema is {len(json.dumps(so.json))} characters as JSON, more than the "
+                          f"{MAX_CONSTRAINT_CHARS} allowed.", param=param, code="constraint_too_large")
     for pattern in _schema_patterns(so):
         if repeat_total(pattern) > MAX_REPEAT_TOTAL:
             raise bad_request(f"The pattern {pattern[:80]!r} repeats up to {repeat_total(pattern)} times in all, more "

@@ -62,6 +62,9 @@ async def test_a_valid_constraint_passes_and_is_not_rewritten():
      "structured_outputs.json", "constraint_too_large"),
     ({"structured_outputs": {"regex": "(a{1,600}){1,600}"}}, "structured_outputs.regex", "constraint_too_large"),
     ({"structured_outputs": {"regex": "(unclosed"}}, "structured_outputs.regex", "invalid_value"),
+    ({"structured_outputs": {"json": {"type": "object", "properties": {f"p{i}": {"type": "integer"}
+                                                                       for i in range(4000)}}}},
+     "structured_outputs.json", "constraint_too_large"),
     ({"structured_outputs": {"grammar": "root ::= "}}, "structured_outputs.grammar", "invalid_value"),
     ({"structured_outputs": {"json": "{not json"}}, "structured_outputs.json", "invalid_value"),
 ])
