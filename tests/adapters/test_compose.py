@@ -54,7 +54,8 @@ def test_the_mixture_equals_peft_cat(mixture, demo_assets):
         peft_logits = model(ids).logits
         ours = PeftModel.from_pretrained(
             AutoModelForCausalLM.from_pretrained(demo_assets.model_dir, dtype=torch.float32), mixture)(ids).logits
-    torch.testing.assert_close(ours, peft_logits, rtol=1e-5, atol=1e-5)
+    # Same math, different summation order (PEFT keeps per-adapter factors): float32 rounding apart.
+    torch.testing.assert_close(ours, peft_logits, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("weights,problem", [
