@@ -165,15 +165,15 @@ def test_developer_messages_render_as_system_where_the_template_has_no_such_role
 
 def test_json_output_is_strict_json_even_where_the_grammar_let_a_control_character_in(openai_client, tokenizer,
                                                                                       base_model_id):
-    """xgrammar 0.2.8 lets raw control characters into JSON strings; the server escapes them. These prompts are
-    ones where the tiny demo's base model generates one (checked below on the token ids, so the test cannot pass
-    without exercising the escape)."""
+    """xgrammar 0.2.8 lets raw control characters into JSON strings; the server escapes them. The tiny demo's base
+    model writes one in about one answer in eight to these prompts: prompts are tried until two answers held one
+    (read from their token ids, so the test cannot pass without exercising the escape), and every answer parses."""
     schema = {"type": "object", "additionalProperties": False, "required": ["answer", "tags"],
               "properties": {"answer": {"enum": ["yes", "no", "maybe"]},
                              "score": {"type": "integer", "minimum": 0, "maximum": 9},
                              "tags": {"type": "array", "maxItems": 3, "items": {"type": "string", "maxLength": 6}}}}
     raw_controls = 0
-    for i in (12, 76, 108, 120):
+    for i in range(0, 400, 4):
         response = openai_client.chat.completions.create(
             model=base_model_id, messages=[{"role": "user", "content": f"request {i}: judge this"}], max_tokens=64,
             temperature=0, response_format={"type": "json_schema", "json_schema": {"name": "v", "schema": schema}},
@@ -181,4 +181,6 @@ def test_json_output_is_strict_json_even_where_the_grammar_let_a_control_charact
         choice = response.choices[0]
         json.loads(choice.message.content)
         raw_controls += any(ord(c) < 32 for c in tokenizer.decode(choice.model_extra["token_ids"]))
-    assert raw_controls > 0
+        if raw_controls == 2:
+            break
+    assert raw_controls == 2
