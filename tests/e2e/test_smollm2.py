@@ -124,10 +124,10 @@ def test_structured_outputs_on_a_real_model(client, model):
     """What a 2026 client does: `parse` with a pydantic model, and a JSON-object answer, on the base model and on
     each adapter."""
     question = [{"role": "user", "content": "What is the capital of France? Answer in JSON."}]
-    parsed = client.chat.completions.parse(model=model, messages=question, response_format=Capital, max_tokens=64,
+    parsed = client.chat.completions.parse(model=model, messages=question, response_format=Capital, max_tokens=128,
                                            temperature=0)
     assert isinstance(parsed.choices[0].message.parsed, Capital)
-    answer = client.chat.completions.create(model=model, messages=question, max_tokens=96, temperature=0,
+    answer = client.chat.completions.create(model=model, messages=question, max_tokens=160, temperature=0,
                                             response_format={"type": "json_object"})
     assert answer.choices[0].finish_reason == "stop"
     assert isinstance(json.loads(answer.choices[0].message.content), dict)
