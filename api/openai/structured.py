@@ -136,11 +136,12 @@ def constrained_to_json(req: SamplingFields) -> bool:
     return so is not None and (so.json is not None or bool(so.json_object))
 
 
-async def json_safe(req: SamplingFields, deltas: AsyncIterator[ChoiceDelta]) -> AsyncIterator[ChoiceDelta]:
-    """The deltas, their text made strict JSON where the request constrained it to JSON."""
-    if not constrained_to_json(req):
-        async for d in deltas:
-            yield d
-        return
+def json_safe(req: SamplingFields, deltas: AsyncIterator[ChoiceDelta]) -> AsyncIterator[ChoiceDelta]:
+    """The deltas, their text made strict JSON where the request constrained it to JSON; any other stream is
+    returned as it is (no extra step per token)."""
+    return _escaped(deltas) if constrained_to_json(req) else deltas
+
+
+async def _escaped(deltas: AsyncIterator[ChoiceDelta]) -> AsyncIterator[ChoiceDelta]:
     async for d in deltas:
         yield dataclasses.replace(d, text=escape_controls(d.text)) if _CONTROL.search(d.text) else d
