@@ -13,13 +13,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.admin.router import admin_router
 from api.batch.router import FILES_PATH, batch_router
-from api.ops.cluster import cluster_router
 from api.errors import OpenAIError, from_http_status, from_validation_error
 from api.graphs.router import graphs_router
 from api.jobs.router import jobs_router
 from api.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from api.openai.router import document_bodies, router
+from api.ops.cluster import cluster_router
 from api.ops.router import ops_router
+from api.responses.router import router as responses_router
 from api.routing.router import routing_router
 from api.sagemaker.router import sagemaker_router
 from api.server import Server
@@ -78,6 +79,7 @@ def create_app(server: Server) -> FastAPI:
 
     app.state.server = server
     app.include_router(router)
+    app.include_router(responses_router)
     app.include_router(admin_router)
     app.include_router(ops_router)
     app.include_router(routing_router)

@@ -27,16 +27,14 @@ from api.batch.lines import Endpoint
 from api.batch.runner import BatchRunner
 from api.batch.serving import BatchService
 from api.batch.store import BatchStore
-from api.ops.cluster import ClusterView, ReplicaCollector
 from api.generation.accounting import Accounts, OutcomeSink
 from api.generation.adapter_loading import AdapterLoader
 from api.generation.admission import EngineAdmission
 from api.generation.cache_salt import CacheSalts
 from api.generation.limits import TenantLimits
-from api.pipeline.request import Pipeline
 from api.generation.resolve import ModelResolver
-from api.graphs.serving import GraphService
 from api.generation.virtual_model_table import VirtualModelTable
+from api.graphs.serving import GraphService
 from api.input_limits import InputLimits
 from api.jobs.runner import JobRunner
 from api.jobs.serving import JobService
@@ -51,10 +49,15 @@ from api.observability.outcome import RequestOutcome
 from api.observability.request_metrics import AdmissionCounts, EngineGauges, Metrics
 from api.observability.requestlog import log_request
 from api.openai.chat import ChatService
-from api.openai.tokenize import TokenizeService
 from api.openai.completion import CompletionService
 from api.openai.models import ModelCatalog
 from api.openai.protocol import ChatCompletionRequest, CompletionRequest
+from api.openai.tokenize import TokenizeService
+from api.openai.tool_parser import ToolCallParserName
+from api.ops.cluster import ClusterView, ReplicaCollector
+from api.pipeline.request import Pipeline
+from api.responses.serving import ResponsesService
+from api.responses.store import ResponseStore
 from api.routing.config import RoutingConfig
 from api.routing.metrics import RoutingMetrics
 from api.routing.serving import RoutingService
@@ -109,6 +112,13 @@ class ServingOptions(BaseModel):
                                      "when it is promoted.")
     max_upload_bytes: int = Field(default=512 * 2**20, ge=1, description="Largest adapter archive the "
                                   "admin API accepts, in bytes.")
+    chat_template: str | None = Field(default=None, description="A Jinja chat template file used instead of the "
+                                      "model's own, as vLLM's --chat-template (default: the model's own; the "
+                                      "smollm2 demo: its template that renders tools).")
+    tool_call_parser: ToolCallParserName | None = Field(
+        default=None, description="How tool_choice 'auto' finds the calls in a reply, as vLLM's "
+        "--tool-call-parser: hermes (JSON objects in <tool_call> tags); without it 'auto' is refused (default: "
+        "none; the smollm2 demo: hermes).")
 
 
 @dataclass
@@ -145,10 +155,13 @@ class Server:
     tokenizing: TokenizeService = field(init=False)
     batches: BatchService = field(init=False)
     jobs: JobService = field(init=False)
+    responses: ResponsesService = field(init=False)
 
     def __post_init__(self) -> None:
         self._background: list[asyncio.Task[None]] = []
-        self.chat = ChatService(self.pipeline)
+        template = Path(self.options.chat_template).read_text() if self.options.chat_template else None
+        self.chat = ChatService(self.pipeline, template, self.options.tool_call_parser)
+        self.responses = ResponsesService(self.chat, ResponseStore(self.ledger.url))
         self.completion = CompletionService(self.pipeline)
         # Queued work names virtual models like live requests do: the graphs dispatch it.
         endpoints = {"/v1/chat/completions": Endpoint(ChatCompletionRequest, self.graphs.dispatching(self.chat)),
@@ -242,6 +255,7 @@ class Server:
     def close(self) -> None:
         self.stop_background()
         self.batches.store.close()
+        self.responses.store.close()
         self.tracing.shutdown()
         self.pipeline.billing.spill()
         self.pipeline.limits.close()

@@ -132,7 +132,7 @@ API_FLOORS: list[tuple[str, set[str]]] = [
     ("routing: rollouts, shadows, fallbacks, breakers", {"api.routing"}),
     ("the request pipeline, step by step", {"api.pipeline"}),
     ("the OpenAI endpoints", {"api.openai"}),
-    ("features over the OpenAI endpoints", {"api.batch", "api.graphs", "api.sagemaker"}),
+    ("features over the OpenAI endpoints", {"api.batch", "api.graphs", "api.responses", "api.sagemaker"}),
     ("async jobs (over batch)", {"api.jobs"}),
     ("the server, assembled", {"api.server"}),
     ("the app, scale-out and the command line", {"api.app", "api.cluster", "api.cli"}),

@@ -49,10 +49,17 @@ class DemoConfig(BaseModel):
         return tuple(spec.name for spec in DEMO_ADAPTERS) if self.demo == "tiny" else TRAINED_ADAPTERS
 
 
+# SmolLM2's own template with tools rendered (hermes format), and the parser that reads its calls.
+SMOLLM2_TOOL_TEMPLATE = Path(__file__).resolve().parent / "smollm2_tools.jinja"
+
+
 @dataclass(frozen=True)
 class DemoAssets:
     model_dir: Path
     adapter_dirs: dict[str, Path]
+    # What the demo serves with unless --chat-template / --tool-call-parser say otherwise.
+    chat_template: Path | None = None
+    tool_call_parser: Literal["hermes"] | None = None
 
 
 Step = tuple[str, Callable[[Path], object]]  # (what the progress line says, build into the staging folder)
@@ -92,8 +99,9 @@ def ensure_demo_assets(home: Path, config: DemoConfig | None = None) -> DemoAsse
     """
     config = config or DemoConfig()
     root = home / config.folder
+    tools = {} if config.demo == "tiny" else {"chat_template": SMOLLM2_TOOL_TEMPLATE, "tool_call_parser": "hermes"}
     assets = DemoAssets(model_dir=root / "model",
-                        adapter_dirs={name: root / "adapters" / name for name in config.adapter_names})
+                        adapter_dirs={name: root / "adapters" / name for name in config.adapter_names}, **tools)
     if (root / "COMPLETE").is_file():
         return assets
     steps = _tiny_steps() if config.demo == "tiny" else _smollm2_steps(config)

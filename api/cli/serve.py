@@ -121,6 +121,14 @@ def _embedded_default(args: argparse.Namespace) -> DemoAssets:
         raise SystemExit(f"--demo {config.demo}: {e}; or serve the tiny demo: --demo tiny") from e
 
 
+def demo_chat_defaults(options: ServingOptions, demo: DemoAssets | None) -> ServingOptions:
+    """The demo's chat template and tool-call parser where the flags set neither."""
+    if demo is None or options.chat_template is not None or options.tool_call_parser is not None:
+        return options
+    return options.model_copy(update={"chat_template": str(demo.chat_template) if demo.chat_template else None,
+                                      "tool_call_parser": demo.tool_call_parser})
+
+
 def _tenancy(path: str | None) -> TenancyConfig:
     if path is None:
         print("[loraplex] no --config: serving OPEN, one tenant 'default', no API keys, admin API unguarded",
@@ -157,6 +165,7 @@ def serve(args: argparse.Namespace) -> None:
     except ValueError as e:
         raise SystemExit(f"--adapter: {e}") from e
     model, flags = startup_model(args.model, flags, model_artifacts(MODEL_DIR))
+    demo = None
     if model is None:
         demo = _embedded_default(args)
         model = str(demo.model_dir)
@@ -169,7 +178,7 @@ def serve(args: argparse.Namespace) -> None:
         server_config = config_from_args(ServerConfig, args, **({} if port is None else {"port": port}))
         engine_config = config_from_args(EngineConfig, args, model=model)
         registry_config = config_from_args(RegistryConfig, args)
-        options = config_from_args(ServingOptions, args)
+        options = demo_chat_defaults(config_from_args(ServingOptions, args), demo)
         input_limits = config_from_args(InputLimits, args)
         routing = config_from_args(RoutingConfig, args)
         drift_config = config_from_args(DriftConfig, args)
@@ -178,6 +187,8 @@ def serve(args: argparse.Namespace) -> None:
         raise SystemExit(f"invalid configuration:\n{e}") from e
     if not Path(model).is_dir():
         raise SystemExit(f"--model: {model} is not a directory")
+    if options.chat_template is not None and not Path(options.chat_template).is_file():
+        raise SystemExit(f"--chat-template: {options.chat_template} is not a file")
     tenancy = _tenancy(options.config)
     try:
         base = base_model_spec(Path(model))

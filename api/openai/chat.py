@@ -32,6 +32,7 @@ from api.openai.protocol import (
 )
 from api.openai.sampling import build_sampling_params
 from api.openai.structured import checked_constraint, json_safe
+from api.openai.tool_parser import StreamedReply, ToolCallParserName, parse_hermes
 from api.openai.tools import (
     FunctionCall,
     NamedToolChoice,
@@ -42,7 +43,7 @@ from api.openai.tools import (
     tool_schema,
 )
 from api.openai.usage import usage_of
-from api.pipeline.request import GenerationService
+from api.pipeline.request import GenerationService, Pipeline
 from engine.types import ChoiceDelta, PositionLogprobs
 
 
@@ -105,10 +106,32 @@ async def _whole_calls(req: ChatCompletionRequest, forced: ToolChoice,
     """One chunk per choice, at its end: its calls (or its text, when cut short)."""
     async for d in collected_deltas(deltas):
         message, finish = assistant_reply(d.text, d.finish_reason, forced)
-        calls = [ToolCallDelta(index=i, id=c.id, type="function",
-                               function=FunctionCallDelta(name=c.function.name, arguments=c.function.arguments))
-                 for i, c in enumerate(message.tool_calls or ())]
+        calls = _call_deltas(message.tool_calls or [])
         yield ChatChunkChoice(index=d.index, delta=DeltaMessage(content=message.content, tool_calls=calls or None),
+                              logprobs=chat_logprobs(d.logprobs), finish_reason=finish,
+                              token_ids=list(d.token_ids) if req.return_token_ids else None)
+
+
+def _call_deltas(calls: list[ToolCall]) -> list[ToolCallDelta]:
+    return [ToolCallDelta(index=i, id=c.id, type="function",
+                          function=FunctionCallDelta(name=c.function.name, arguments=c.function.arguments))
+            for i, c in enumerate(calls)]
+
+
+async def _auto_streamed(req: ChatCompletionRequest,
+                         deltas: AsyncIterator[ChoiceDelta]) -> AsyncIterator[ChatChunkChoice]:
+    """`auto`: text as it comes until a call may be starting; the calls whole at the choice's end."""
+    names = frozenset(t.function.name for t in req.tools or ())
+    replies: dict[int, StreamedReply] = {}
+    async for d in deltas:
+        reply = replies.setdefault(d.index, StreamedReply(names))
+        text, calls, finish = reply.feed(d.text), [], d.finish_reason
+        if finish is not None:
+            rest, calls = reply.finish()
+            text += rest
+            finish = "tool_calls" if calls else finish
+        yield ChatChunkChoice(index=d.index, delta=DeltaMessage(content=text or None,
+                                                                tool_calls=_call_deltas(calls) or None),
                               logprobs=chat_logprobs(d.logprobs), finish_reason=finish,
                               token_ids=list(d.token_ids) if req.return_token_ids else None)
 
@@ -132,16 +155,54 @@ async def _streamed(req: ChatCompletionRequest, forced: NamedToolChoice | None,
                               token_ids=list(d.token_ids) if req.return_token_ids else None)
 
 
+def auto_reply(text: str, finish_reason: str | None, req: ChatCompletionRequest) -> tuple[AssistantMessage, str | None]:
+    """`auto`: the calls the parser finds in the text (finish reason `tool_calls`), else the text."""
+    parsed = parse_hermes(text, frozenset(t.function.name for t in req.tools or ()))
+    if not parsed.calls:
+        return AssistantMessage(content=text), finish_reason
+    return AssistantMessage(content=parsed.content, tool_calls=parsed.calls), "tool_calls"
+
+
 class ChatService(GenerationService[ChatCompletionRequest]):
+    """`chat_template` replaces the model's own (None: the model's); `tool_call_parser` None refuses `auto`."""
+
     response_prefix = "chatcmpl"
+
+    def __init__(self, pipeline: Pipeline, chat_template: str | None = None,
+                 tool_call_parser: ToolCallParserName | None = None):
+        super().__init__(pipeline)
+        self.chat_template = chat_template
+        self.tool_call_parser = tool_call_parser
+
+    def parses_calls(self, req: ChatCompletionRequest) -> bool:
+        """`auto` with tools: the reply is text or calls, as the parser finds them."""
+        return self.tool_call_parser is not None and bool(req.tools) and req.tool_choice in (None, "auto")
+
+    def reply(self, req: ChatCompletionRequest, text: str,
+              finish_reason: str | None) -> tuple[AssistantMessage, str | None]:
+        """The message and finish reason of a whole choice."""
+        if self.parses_calls(req):
+            return auto_reply(text, finish_reason, req)
+        return assistant_reply(text, finish_reason, req.forced_tool_choice())
+
+    def choice_stream(self, req: ChatCompletionRequest,
+                      deltas: AsyncIterator[ChoiceDelta]) -> AsyncIterator[ChatChunkChoice]:
+        """The chunks' choices after the first (the role) chunk."""
+        forced = req.forced_tool_choice()
+        if self.parses_calls(req):
+            return _auto_streamed(req, deltas)
+        if forced is not None and not isinstance(forced, NamedToolChoice):
+            return _whole_calls(req, forced, deltas)  # `required`: calls are known once their JSON is whole
+        return _streamed(req, forced, deltas)
 
     def render_prompt(self, req: ChatCompletionRequest, add_generation_prompt: bool = True) -> list[int]:
         tokenizer = self.engine.tokenizer()
-        template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else ""
+        template = self.chat_template or tokenizer.chat_template
+        template = template if isinstance(template, str) else ""
         messages = template_messages(req, has_developer_role="developer" in template)
         tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
         try:
-            text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False,
+            text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, chat_template=template or None,
                                                  add_generation_prompt=add_generation_prompt, **template_kwargs(req))
         except Exception as e:  # jinja errors from the model's own template
             raise bad_request(f"The chat template could not render these messages: {e}", param="messages") from e
@@ -153,7 +214,8 @@ class ChatService(GenerationService[ChatCompletionRequest]):
         if req.top_logprobs is not None and not req.logprobs:
             raise bad_request("top_logprobs requires logprobs to be true", param="top_logprobs")
         template_kwargs(req)  # refused before the template runs
-        tool_schema(req.tools, req.tool_choice, req.parallel_tool_calls)  # `auto` and unknown names refused
+        # `auto` without a parser, and unknown names, refused
+        tool_schema(req.tools, req.tool_choice, req.parallel_tool_calls, auto_parser=self.tool_call_parser is not None)
         structured = await checked_constraint(req)
         prompt = await self.tokenize(lambda: self.render_prompt(req), sum(len(m.text()) for m in req.messages))
         max_tokens = output_budget(len(prompt), req.output_limit(), tenant_cap, self.engine.max_model_len, "messages")
@@ -172,12 +234,7 @@ class ChatService(GenerationService[ChatCompletionRequest]):
 
         yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=""))
                      for i in range(req.n)])
-        forced = req.forced_tool_choice()
-        if forced is not None and not isinstance(forced, NamedToolChoice):
-            choices = _whole_calls(req, forced, deltas)  # `required`: calls are known once their JSON is whole
-        else:
-            choices = _streamed(req, forced, deltas)
-        async for choice in choices:
+        async for choice in self.choice_stream(req, deltas):
             yield chunk([choice])
         if req.stream_options is not None and req.stream_options.include_usage:
             yield chunk([], usage=usage_of(account))
@@ -187,7 +244,7 @@ class ChatService(GenerationService[ChatCompletionRequest]):
                       account: RequestAccount) -> ChatCompletionResponse:
         deltas = json_safe(req, deltas)
         collected = await collect_choices(deltas, req.n)
-        replies = [assistant_reply(c.text, c.finish_reason, req.forced_tool_choice()) for c in collected]
+        replies = [self.reply(req, c.text, c.finish_reason) for c in collected]
         choices = [
             ChatChoice(
                 index=i,

@@ -9,6 +9,8 @@ prints the table that docs/parameters.md holds.
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
@@ -40,8 +42,8 @@ HONOURED: dict[str, str] = {
     "user": "end-user id: keeps a user on one rollout arm",
     "tools": "chat: function tools, passed to the chat template; with `tool_choice` `required` or a named "
              "function the output is a call matching their schemas (constrained decoding)",
-    "tool_choice": "chat: `none`, `required` or a named function; `auto` (the default with tools) is refused: it "
-                   "needs a tool-call parser for the model, which this server does not have",
+    "tool_choice": "chat: `none`, `required` or a named function; `auto` (the default with tools) with a "
+                   "server started with `--tool-call-parser` (the SmolLM2 demo is), else refused",
     "parallel_tool_calls": "chat: `false` allows one call at most under `required`",
     "stream": "server-sent events",
     "stream_options": "`include_usage` adds a final usage chunk",
@@ -91,42 +93,58 @@ MESSAGE_REFUSED: dict[str, str] = {
 MESSAGE_ASKS_NOTHING: dict[str, Any] = {"annotations": []}
 
 
+@dataclass(frozen=True)
+class ParameterTable:
+    """One endpoint family's parameters: honoured (how), no-ops (why), refused (why), and the values of refused
+    ones that ask for nothing."""
+
+    honoured: dict[str, str]
+    no_ops: dict[str, str]
+    refused: dict[str, str]
+    asks_nothing: dict[str, Any]
+
+
+CHAT_AND_COMPLETIONS = ParameterTable(HONOURED, NO_OPS, REFUSED, ASKS_NOTHING)
+
+
 def _asks_something(name: str, value: Any, nothing: dict[str, Any]) -> bool:
     return value is not None and not (name in nothing and value == nothing[name])
 
 
-def unsupported_fields(req: BaseModel) -> list[str]:
+def unsupported_fields(req: BaseModel, table: ParameterTable = CHAT_AND_COMPLETIONS) -> list[str]:
     """Fields of `req` (and of its chat messages) beyond its model that are neither no-ops, nor `null`, nor
     asking for nothing; a message's as `messages[i].field`."""
     names = sorted(name for name, value in (req.model_extra or {}).items()
-                   if name not in NO_OPS and _asks_something(name, value, ASKS_NOTHING))
+                   if name not in table.no_ops and _asks_something(name, value, table.asks_nothing))
     for i, message in enumerate(getattr(req, "messages", None) or ()):
         names += [f"messages[{i}].{name}" for name, value in sorted((message.model_extra or {}).items())
                   if _asks_something(name, value, MESSAGE_ASKS_NOTHING)]
     return names
 
 
-def _reason(name: str) -> str:
+def _reason(name: str, table: ParameterTable) -> str:
     if name.startswith("messages["):
         return MESSAGE_REFUSED.get(name.split(".", 1)[1], "not a field of a chat message")
-    return REFUSED.get(name, "not a parameter of this endpoint")
+    return table.refused.get(name, "not a parameter of this endpoint")
 
 
-def refuse_unsupported(req: BaseModel) -> None:
+def refuse_unsupported(req: BaseModel, table: ParameterTable = CHAT_AND_COMPLETIONS) -> None:
     """A 400 naming every field the server would not honour, with the reason for each."""
-    names = unsupported_fields(req)
+    names = unsupported_fields(req, table)
     if names:
-        reasons = "; ".join(f"{name}: {_reason(name)}" for name in names)
+        reasons = "; ".join(f"{name}: {_reason(name, table)}" for name in names)
         raise bad_request(f"Unsupported parameters ({reasons}).", param=names[0], code="unsupported_parameter")
 
 
-def markdown_table() -> str:
-    """docs/parameters.md's table."""
+def markdown_table(table: ParameterTable = CHAT_AND_COMPLETIONS) -> str:
+    """A table of docs/parameters.md."""
     rows = ["| parameter | what loraplex does |", "|---|---|"]
-    rows += [f"| `{name}` | honoured: {how} |" for name, how in HONOURED.items()]
-    rows += [f"| `{name}` | accepted, no effect: {why} |" for name, why in NO_OPS.items()]
-    for name, why in REFUSED.items():
-        nothing = f" (`{name}: {str(ASKS_NOTHING[name]).lower()}` accepted)" if name in ASKS_NOTHING else ""
+    rows += [f"| `{name}` | honoured: {how} |" for name, how in table.honoured.items()]
+    rows += [f"| `{name}` | accepted, no effect: {why} |" for name, why in table.no_ops.items()]
+    for name, why in table.refused.items():
+        nothing = ""
+        if name in table.asks_nothing:
+            nothing = f" (`{name}: {json.dumps(table.asks_nothing[name])}` accepted)"
         rows.append(f"| `{name}` | refused, 400 `unsupported_parameter`: {why}{nothing} |")
     return "\n".join(rows) + "\n"
 

@@ -4,7 +4,7 @@ nothing is billed."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -15,8 +15,9 @@ from api.input_limits import InputLimits, check_request_size
 from api.openai.chat import ChatService
 from api.openai.models import ModelCatalog
 from api.openai.parameters import refuse_unsupported
-from api.openai.protocol import ChatCompletionRequest, ChatMessage
+from api.openai.protocol import MAX_TOOLS, ChatCompletionRequest, ChatMessage
 from api.openai.sampling import token_ids_outside
+from api.openai.tools import ToolDefinition
 from api.tenancy.config import TenancyConfig
 
 
@@ -34,6 +35,7 @@ class TokenizeChatRequest(BaseModel):
 
     model: str = Field(min_length=1)
     messages: list[ChatMessage] = Field(min_length=1)
+    tools: Annotated[list[ToolDefinition], Field(max_length=MAX_TOOLS)] | None = None
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
     return_token_strs: bool = False
@@ -77,7 +79,7 @@ class TokenizeService:
         tokenizer = self.chat.engine.tokenizer()
         if isinstance(req, TokenizeChatRequest):
             check_request_size(self.input_limits, prompts=1, n=1, stop=None, messages=len(req.messages))
-            chat = ChatCompletionRequest(model=req.model, messages=req.messages,
+            chat = ChatCompletionRequest(model=req.model, messages=req.messages, tools=req.tools, tool_choice="none",
                                          chat_template_kwargs=req.chat_template_kwargs)
             refuse_unsupported(chat)  # a message's fields
             ids = await self.chat.tokenize(lambda: self.chat.render_prompt(chat, req.add_generation_prompt),

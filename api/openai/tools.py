@@ -1,6 +1,7 @@
 """Tool calling by constrained decoding: `tool_choice` `required` or a named function makes the engine generate
 JSON that matches the tools' schemas (as vLLM's server does), so any model returns a valid call. `auto` needs a
-model-specific tool-call parser and is refused by name; `none` generates text. Pure."""
+model-specific tool-call parser (`api/openai/tool_parser.py`, chosen by `--tool-call-parser`) and is refused by
+name without one; `none` generates text. Pure."""
 
 from __future__ import annotations
 
@@ -72,17 +73,18 @@ def forced_tool(tools: list[ToolDefinition] | None, choice: ToolChoice | None) -
 
 
 def tool_schema(tools: list[ToolDefinition] | None, choice: ToolChoice | None,
-                parallel_tool_calls: bool | None) -> dict[str, Any] | None:
+                parallel_tool_calls: bool | None, auto_parser: bool = False) -> dict[str, Any] | None:
     """The JSON schema the output must follow: a named function's parameters, or for `required` an array of
-    {name, parameters} objects (one at most when `parallel_tool_calls` is false); None when no call is forced."""
+    {name, parameters} objects (one at most when `parallel_tool_calls` is false); None when no call is forced.
+    `auto` (the default with tools) is refused unless the server has a tool-call parser (`auto_parser`)."""
     if choice is not None and not tools:
         raise bad_request("tool_choice needs tools.", param="tool_choice")
-    if not tools or choice in (None, "none"):
-        if tools and choice is None:
+    if tools and choice in (None, "auto"):
+        if not auto_parser:
             raise _auto_refused()
         return None
-    if choice == "auto":
-        raise _auto_refused()
+    if not tools or choice == "none":
+        return None
     forced = forced_tool(tools, choice)
     if forced is not None:
         return _parameters(forced)
@@ -96,8 +98,8 @@ def tool_schema(tools: list[ToolDefinition] | None, choice: ToolChoice | None,
 
 def _auto_refused():
     return bad_request("tool_choice 'auto' (the default when tools are given) needs a tool-call parser for the "
-                       "model, which this server does not have; send tool_choice 'required', a named function, or "
-                       "'none'.", param="tool_choice", code="unsupported_parameter")
+                       "model, which this server was not started with (--tool-call-parser); send tool_choice "
+                       "'required', a named function, or 'none'.", param="tool_choice", code="unsupported_parameter")
 
 
 def tool_calls_of(text: str, choice: ToolChoice) -> list[ToolCall] | None:

@@ -18,7 +18,7 @@ from engine.types import ChoiceDelta, EngineError, EngineLoad, PositionLogprobs,
 
 
 class FakeEngine:
-    """Emits `tokens_per_request` one-token deltas per choice; can fail after `fail_after` steps, or wait after
+    """Emits `tokens_per_request` one-token deltas per choice (tokens 100, 101, ..., or `reply_ids` when set); can fail after `fail_after` steps, or wait after
     the first step until `hold` (a threading.Event, so another thread can release it) is set."""
 
     model_id = "fake-base"
@@ -30,6 +30,7 @@ class FakeEngine:
         self.fail_after: int | None = None
         self.fail_with: BaseException | None = None  # raised at `fail_after`; default an EngineError
         self.tokens_per_request = 4
+        self.reply_ids: list[int] | None = None
         self.last_finish_reason = "length"  # the finish reason of each choice's last delta
         self.step_delay = 0.0
         self.hold: threading.Event | None = None
@@ -49,14 +50,15 @@ class FakeEngine:
     async def generate(self, request_id, prompt_token_ids, params, adapter, cache_salt=None):
         self.requests.append((request_id, list(prompt_token_ids), params, adapter))
         self.salts.append(cache_salt)
-        count = min(self.tokens_per_request, params.max_tokens)
+        tokens = self.reply_ids or [100 + step for step in range(self.tokens_per_request)]
+        count = min(len(tokens), params.max_tokens)
         for step in range(count):
             if self.fail_after is not None and step >= self.fail_after:
                 raise self.fail_with or EngineError("injected failure")
             await asyncio.sleep(self.step_delay)
             while step == 1 and self.hold is not None and not self.hold.is_set():
                 await asyncio.sleep(0.01)
-            token = 100 + step
+            token = tokens[step]
             prompt_logprobs = self._prompt_logprobs(prompt_token_ids, params) if step == 0 else None
             yield [ChoiceDelta(index=i, text=self._tokenizer.decode([token]), token_ids=(token,),
                                finish_reason=self.last_finish_reason if step == count - 1 else None,
@@ -97,13 +99,13 @@ def fake_engine(small_tokenizer):
 @pytest.fixture
 def make_fake_server(fake_engine, demo_assets, tmp_path):
     """The real server parts around the fake engine: an empty registry, the open tenant, a fresh ledger;
-    keyword arguments go to `build_server`."""
+    `options` (a dict) sets ServingOptions fields, other keyword arguments go to `build_server`."""
 
     def make(**kwargs):
         base = base_model_spec(demo_assets.model_dir)
         config = RegistryConfig(store_uri=str(tmp_path / "blobs"), index_url=str(tmp_path / "index.sqlite"))
         registry = Registry.from_config(config, base, max_lora_rank=64)
-        options = ServingOptions(ledger_url=str(tmp_path / "usage.sqlite"))
+        options = ServingOptions(ledger_url=str(tmp_path / "usage.sqlite"), **kwargs.pop("options", {}))
         kwargs.setdefault("batch_config", BatchConfig(batch_store_path=str(tmp_path / "batches.sqlite"),
                                                       files_store_uri=str(tmp_path / "files")))
         tenancy = kwargs.pop("tenancy", TenancyConfig.open_default())

@@ -131,3 +131,67 @@ def test_structured_outputs_on_a_real_model(client, model):
                                             response_format={"type": "json_object"})
     assert answer.choices[0].finish_reason == "stop"
     assert isinstance(json.loads(answer.choices[0].message.content), dict)
+
+
+# ------------------------------------------------------------------ tools: the demo's template and `auto` parser
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
+                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                          "required": ["city"]}}}]
+CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+
+
+@pytest.mark.parametrize("messages", [
+    [{"role": "user", "content": "hi"}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
+    [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "?"}],
+])
+@pytest.mark.parametrize("add_generation_prompt", [True, False])
+def test_the_tool_template_renders_as_smollm2s_own_without_tools(smollm2_tokenizer, messages, add_generation_prompt):
+    from adapters.demo.assets import SMOLLM2_TOOL_TEMPLATE
+
+    own = smollm2_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    ours = smollm2_tokenizer.apply_chat_template(messages, tokenize=False, chat_template=SMOLLM2_TOOL_TEMPLATE.read_text(),
+                                                 add_generation_prompt=add_generation_prompt)
+    assert ours == own
+
+
+def test_the_server_renders_tools_calls_and_results_with_the_demo_template(smollm2_server, smollm2_tokenizer):
+    from adapters.demo.assets import SMOLLM2_TOOL_TEMPLATE
+
+    messages = [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": None,
+                                                                   "tool_calls": [CALL]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    served = httpx.post(f"{smollm2_server}/tokenize", json={"model": MODEL_ID, "messages": messages, "tools": TOOLS},
+                        timeout=60).json()["tokens"]
+    text = smollm2_tokenizer.apply_chat_template(messages, tools=TOOLS, tokenize=False, add_generation_prompt=True,
+                                                 chat_template=SMOLLM2_TOOL_TEMPLATE.read_text())
+    assert served == smollm2_tokenizer.encode(text, add_special_tokens=False)
+    assert "<tools>" in text and '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}' in text
+    assert "<tool_response>\nsunny\n</tool_response>" in text
+
+
+@pytest.mark.parametrize("model", [MODEL_ID, "json-answer"])
+async def test_the_agents_sdk_completes_a_tool_round_trip(smollm2_server, model):
+    """The OpenAI Agents SDK's default model class (the Responses API): a required call, the tool's output sent
+    back, and the answer under `auto` (the SDK resets tool_choice after a call), which the parser reads as text."""
+    from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    cities: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        cities.append(city)
+        return f"It is sunny in {city}."
+
+    client = AsyncOpenAI(base_url=f"{smollm2_server}/v1", api_key="unused", max_retries=0, timeout=300)
+    agent = Agent(name="weather", instructions="Answer briefly.", tools=[get_weather],
+                  model=OpenAIResponsesModel(model=model, openai_client=client),
+                  model_settings=ModelSettings(tool_choice="required", temperature=0, max_tokens=64))
+    result = await Runner.run(agent, "What is the weather in Paris?", max_turns=3)
+    assert len(cities) == 1 and cities[0]
+    assert [type(item).__name__ for item in result.new_items] == ["ToolCallItem", "ToolCallOutputItem",
+                                                                  "MessageOutputItem"]
+    assert isinstance(result.final_output, str) and result.final_output

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
+
+from adapters.demo.assets import SMOLLM2_TOOL_TEMPLATE
+from api.app import create_app
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}]
 
@@ -24,6 +28,21 @@ async def test_tokenize_messages_as_the_chat_endpoint_renders_them(fake_client, 
     text = small_tokenizer.apply_chat_template(MESSAGES, tokenize=False,
                                                add_generation_prompt=add_generation_prompt)
     assert r.json()["tokens"] == small_tokenizer.encode(text, add_special_tokens=False)
+
+
+async def test_tools_are_rendered_by_the_servers_chat_template(make_fake_server, small_tokenizer):
+    """`--chat-template` replaces the model's own, for chat and /tokenize alike; tools reach it."""
+    server = make_fake_server(options={"chat_template": str(SMOLLM2_TOOL_TEMPLATE)})
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(server)), base_url="http://f") as c:
+        rendered = [(await c.post("/tokenize", json={"model": "fake-base", "messages": MESSAGES, **extra})).json()
+                    for extra in ({}, {"tools": tools})]
+    template = SMOLLM2_TOOL_TEMPLATE.read_text()
+    for body, extra in zip(rendered, ({}, {"tools": tools})):
+        text = small_tokenizer.apply_chat_template(MESSAGES, chat_template=template, tokenize=False,
+                                                   add_generation_prompt=True, **extra)
+        assert body["tokens"] == small_tokenizer.encode(text, add_special_tokens=False)
+    assert '"name": "weather"' in small_tokenizer.decode(rendered[1]["tokens"])
 
 
 async def test_detokenize_inverts_tokenize(fake_client):
