@@ -80,16 +80,20 @@ def input_messages(items: list[MessageItem | FunctionCallItem | FunctionCallOutp
         if isinstance(item, MessageItem):
             messages.append({"role": item.role, "content": joined(item.content)})
         elif isinstance(item, FunctionCallItem):
-            call = {"id": item.call_id, "type": "function",
-                    "function": {"name": item.name, "arguments": item.arguments}}
-            last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant" and last.get("tool_calls"):
-                last["tool_calls"].append(call)
-            else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            _add_call(messages, item.call_id, item.name, item.arguments)
         else:
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": joined(item.output)})
     return messages
+
+
+def _add_call(messages: list[dict[str, Any]], call_id: str, name: str, arguments: str) -> None:
+    """A call joins the assistant message just before it (text or calls), else opens one."""
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    last = messages[-1] if messages else None
+    if last is not None and last["role"] == "assistant":
+        last.setdefault("tool_calls", []).append(call)
+    else:
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
 
 
 def chat_request(req: ResponsesRequest, history: list[dict[str, Any]]) -> ChatCompletionRequest:
@@ -120,20 +124,14 @@ def output_messages(output: list[OutputItem]) -> list[dict[str, Any]]:
         if isinstance(item, OutputMessage):
             messages.append({"role": "assistant", "content": "".join(p.text for p in item.content)})
         else:
-            call = {"id": item.call_id, "type": "function",
-                    "function": {"name": item.name, "arguments": item.arguments}}
-            last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant":
-                last.setdefault("tool_calls", []).append(call)
-            else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            _add_call(messages, item.call_id, item.name, item.arguments)
     return messages
 
 
 def response_usage(usage: Usage) -> ResponseUsage:
     cached = usage.prompt_tokens_details.cached_tokens if usage.prompt_tokens_details else 0
-    return ResponseUsage(input_tokens=usage.prompt_tokens,
-                         input_tokens_details=InputTokensDetails(cached_tokens=cached), output_tokens=usage.completion_tokens, total_tokens=usage.total_tokens)
+    return ResponseUsage(input_tokens=usage.prompt_tokens, input_tokens_details=InputTokensDetails(cached_tokens=cached),
+                         output_tokens=usage.completion_tokens, total_tokens=usage.total_tokens)
 
 
 def response_of(turn: ResponseTurn, response_id: str, created: int, model: str, status: str,
