@@ -15,6 +15,7 @@ from api.admin.router import admin_router
 from api.batch.router import FILES_PATH, batch_router
 from api.errors import OpenAIError, from_http_status, from_validation_error
 from api.graphs.router import graphs_router
+from api.grpc.front import GrpcFront
 from api.jobs.router import jobs_router
 from api.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from api.openai.router import document_bodies, router
@@ -53,17 +54,23 @@ _SETTLE_S = 5.0
 MULTIPART_OVERHEAD_BYTES = 64 * 1024  # the form's other fields and boundaries around an uploaded file
 
 
-def create_app(server: Server) -> FastAPI:
-    """`server.engine` is started by the lifespan and shut down when the app stops."""
+def create_app(server: Server, grpc_front: GrpcFront | None = None) -> FastAPI:
+    """`server.engine` is started by the lifespan and shut down when the app stops; `grpc_front`, when given,
+    serves beside HTTP from the engine's start until the app stops."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         server.engine.start()
         try:
             await server.started()
+            if grpc_front is not None:
+                port = await grpc_front.start()
+                logger.info("gRPC (Open Inference Protocol v2) on %s", grpc_front.address.rsplit(":", 1)[0] + f":{port}")
             yield
         finally:
             server.lifecycle.ready = False
+            if grpc_front is not None:
+                await grpc_front.stop(_SETTLE_S)
             server.stop_background()
             # Requests uvicorn cancelled at shutdown close their accounts (ledger records) on their next step.
             await server.lifecycle.wait_idle(_SETTLE_S)

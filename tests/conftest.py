@@ -256,12 +256,19 @@ def server_process(demo_home, adapter_dirs, tenants_file):
             # ~65 of 200): none may fall into `other`. Not more: /metrics renders on the event loop (~90 ms a MiB).
             "--metrics-top-n", "150",
             "--drift-reference-requests", str(DRIFT_WINDOW), "--drift-window-requests", str(DRIFT_WINDOW),
-            "--adapter", f"{EXTRA_ADAPTER}={adapter_dirs[EXTRA_ADAPTER]}"]
+            "--adapter", f"{EXTRA_ADAPTER}={adapter_dirs[EXTRA_ADAPTER]}",
+            "--grpc-port", str(_free_port())]  # tests/e2e/test_grpc.py
     process = ServerProcess(argv, env, log_path)
     process.start()
     yield process
     if process.proc.poll() is None:
         process.stop()
+
+
+@pytest.fixture(scope="session")
+def grpc_address(server, server_process) -> str:
+    """host:port of the session server's gRPC front (Open Inference Protocol v2)."""
+    return f"127.0.0.1:{server_process.argv[server_process.argv.index('--grpc-port') + 1]}"
 
 
 @pytest.fixture(scope="session")

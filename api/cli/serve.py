@@ -20,6 +20,7 @@ from adapters.validation import AdapterValidationError
 from api.batch.config import BatchConfig
 from api.cli.flags import add_config_arguments, config_from_args
 from api.generation.virtual_model_table import GraphError, VirtualModelTable
+from api.grpc.front import GrpcFront
 from api.input_limits import InputLimits
 from api.lifecycle import DrainingServer, http_config
 from api.observability.drift import DriftConfig
@@ -41,6 +42,9 @@ class ServerConfig(BaseModel):
                       description=f"TCP port to bind; ${PORT_ENV}, when set, overrides it.")
     log_level: typing.Literal["debug", "info", "warning", "error"] = Field(default="info",
                                                                           description="Log level.")
+    grpc_port: int | None = Field(default=None, ge=0, le=65535,
+                                  description="Also serve the Open Inference Protocol v2 (KServe, Triton) over gRPC "
+                                  "on this port of --host (0: a free one; the log says which). Default: HTTP only.")
 
 
 def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -229,6 +233,9 @@ def serve(args: argparse.Namespace) -> None:
     engine = server.engine
     print(f"[loraplex] serving {engine.model_id}; registry {registry_config.resolved_store_uri()}; "
           f"published at start: {', '.join(published) or '(none)'}", file=sys.stderr, flush=True)
-    config = http_config(create_app(server), input_limits, server_config.host, server_config.port,
+    grpc_front = None
+    if server_config.grpc_port is not None:
+        grpc_front = GrpcFront(server, server_config.host, server_config.grpc_port)
+    config = http_config(create_app(server, grpc_front), input_limits, server_config.host, server_config.port,
                          server_config.log_level)
     DrainingServer(config, server.lifecycle, options.drain_timeout_s).run()
