@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_admission  # noqa: E402
 import bench_batch  # noqa: E402
 import bench_cluster  # noqa: E402
+import bench_grpc  # noqa: E402
 import bench_kernels  # noqa: E402
 import bench_routing  # noqa: E402
 import bench_scale  # noqa: E402
@@ -110,6 +111,9 @@ SCENARIOS = {
         Scenario("admission", "Adapter-aware admission on and off, two servers side by side (interleaved rounds): "
                  "Zipf(1.1) over 64 adapters with max_loras 4 at concurrency 8 and 32, against one adapter and the "
                  "base model.", on_tiny(bench_admission.run), bench_admission.tables, in_quick=False),
+        Scenario("grpc", "gRPC streaming (ModelStreamInfer) against HTTP SSE on one server, interleaved rounds at "
+                 "concurrency 1, 8 and 32: tok/s, TTFT and the API process's CPU per token.", bench_grpc.run,
+                 one_table(bench_grpc.table), in_quick=False),
     )
 }
 
