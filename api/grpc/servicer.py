@@ -127,7 +127,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         except OpenAIError as e:
             return await self._fail(context, e)
         response: CompletionResponse = reply.body
-        context.set_trailing_metadata(tuple(reply.headers.items()))
+        context.set_trailing_metadata(tuple((k.lower(), v) for k, v in reply.headers.items()))
         text = response.choices[0].text
         return text_response(request, text if call.exclude_input else call.prompt + text)
 
