@@ -116,3 +116,11 @@ async def test_metadata_readiness_health_and_reflection(client, front):
 
         [answer] = [a async for a in stub.ServerReflectionInfo(ask())]
         assert SERVICE in {s.name for s in answer.list_services_response.service}
+
+
+async def test_a_draining_server_refuses_new_calls_as_unavailable(client, front):
+    await front.server.lifecycle.drain(timeout_s=1)
+    assert not await client.is_server_ready()
+    with pytest.raises(InferenceServerException) as info:
+        await client.infer(MODEL, triton_inputs("x"), headers=AUTH)
+    assert info.value.status() == str(grpc.StatusCode.UNAVAILABLE) and "shutting down" in info.value.message()
