@@ -69,10 +69,10 @@ say "ready $(( $(date +%s) - started )) s after docker run"
 curl -fsS "$URL/health" | grep -q '"ok"' || fail "/health"
 curl -fsS "$URL/ping" | grep -q '"ready"' || fail "/ping"
 models=$(curl -fsS "$URL/v1/models")
-for model in smollm2-135m-instruct pirate uppercase json-answer; do
+for model in smollm2-135m-instruct pirate uppercase json-answer tool-caller; do
     grep -q "\"$model" <<<"$models" || fail "/v1/models lacks $model: $models"
 done
-say "/v1/models: base model and the three demo adapters"
+say "/v1/models: base model and the four demo adapters"
 
 stream=$(curl -fsSN "$URL/v1/chat/completions" -H 'content-type: application/json' \
     -d '{"model": "pirate", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": true}')

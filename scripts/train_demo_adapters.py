@@ -1,13 +1,17 @@
 """Trains the SmolLM2 demo adapters (adapters/demo/trained/NAME) and measures what they do.
 
-    python scripts/train_demo_adapters.py                 # base answers, three adapters, evaluation
+    python scripts/train_demo_adapters.py                 # base answers, four adapters, evaluation
     python scripts/train_demo_adapters.py --eval-only     # evaluate the adapters already in --out
 
 The data is made here: the base model's own greedy answers (first sentence) to generated questions
-(adapters/demo/questions.py), rewritten by each style's rule (adapters/demo/styles.py). Each adapter is a PEFT LoRA
-trained with a fixed seed on one thread, so the same command on the same software gives the same files. The
-evaluation asks the held-out questions (topics no training question mentions) of the base model and of each
-adapter, greedy, and counts in how many answers each style shows; it writes adapters/demo/trained/EVALUATION.json.
+(adapters/demo/questions.py), rewritten by each style's rule (adapters/demo/styles.py). The tool-calling adapter
+(`tool-caller`) learns, with the demo's tools in the prompt (adapters/demo/tool_questions.py, rendered by the demo's
+tool template), to answer a question a tool fits with that call in the hermes format, and any other question with
+the base model's own answer. Each adapter is a PEFT LoRA trained with a fixed seed on one thread, so the same
+command on the same software gives the same files. The evaluation asks the held-out questions (topics no training
+question mentions) of the base model and of each adapter, greedy, and counts in how many answers each style shows;
+and asks the held-out tool questions (cities, amounts and phrasings no training question uses) of the base model
+and the tool-caller, and counts right, valid and spurious calls. It writes adapters/demo/trained/EVALUATION.json.
 """
 
 from __future__ import annotations
@@ -23,10 +27,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from adapters.demo.assets import SMOLLM2_TOOL_TEMPLATE  # noqa: E402
 from adapters.demo.questions import held_out_questions, training_questions  # noqa: E402
 from adapters.demo.smollm2 import MODEL_ID, TRAINED_ADAPTERS, convert_smollm2, packaged_gguf  # noqa: E402
 from adapters.demo.styles import STYLES, behaviour_rates, style  # noqa: E402
+from adapters.demo.tool_questions import ADAPTER as TOOL_ADAPTER  # noqa: E402
+from adapters.demo.tool_questions import (  # noqa: E402
+    ToolCase,
+    held_out_cases,
+    tool_call_rates,
+    training_cases,
+    unfit_call_text,
+)
 from adapters.home import data_home  # noqa: E402
+from api.openai.tool_parser import parse_hermes  # noqa: E402
 
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
@@ -47,7 +61,9 @@ SPECS = {
     "pirate": TrainSpec(rank=16, alpha=32, targets=("q_proj", "v_proj"), steps=100),
     "uppercase": TrainSpec(rank=8, alpha=16, targets=ATTENTION + MLP, steps=200),
     "json-answer": TrainSpec(rank=8, alpha=16, targets=ATTENTION, steps=100),
+    TOOL_ADAPTER: TrainSpec(rank=8, alpha=16, targets=ATTENTION, steps=120),
 }
+Example = tuple[list[int], int]  # prompt and target token ids, and where the target starts
 
 
 def say(message: str) -> None:
@@ -63,20 +79,29 @@ def first_sentence(text: str) -> str | None:
     return None
 
 
-def chat_prompt(tokenizer, question: str) -> list[int]:
-    """The token ids loraplex's chat route sends for one user message (api/openai/chat.py)."""
+def chat_prompt(tokenizer, question: str, tools: list[dict] | None = None) -> list[int]:
+    """The token ids loraplex's chat route sends for one user message (api/openai/chat.py); with tools, as the
+    demo server renders them (its --chat-template)."""
+    template = {"tools": tools, "chat_template": SMOLLM2_TOOL_TEMPLATE.read_text()} if tools else {}
     text = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
-                                         add_generation_prompt=True)
+                                         add_generation_prompt=True, **template)
     return tokenizer.encode(text, add_special_tokens=False)
 
 
 def greedy_answers(model, tokenizer, questions: list[str], max_new_tokens: int, batch_size: int = 16) -> list[str]:
     """Greedy answers, batched with left padding, decoded without special tokens."""
+    return greedy_replies(model, tokenizer, [chat_prompt(tokenizer, q) for q in questions], max_new_tokens,
+                          batch_size)
+
+
+def greedy_replies(model, tokenizer, all_prompts: list[list[int]], max_new_tokens: int,
+                   batch_size: int = 16) -> list[str]:
+    """Greedy replies to prompts (token ids), batched with left padding, decoded without special tokens."""
     import torch
 
     answers = []
-    for start in range(0, len(questions), batch_size):
-        prompts = [chat_prompt(tokenizer, q) for q in questions[start:start + batch_size]]
+    for start in range(0, len(all_prompts), batch_size):
+        prompts = all_prompts[start:start + batch_size]
         width = max(map(len, prompts))
         ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
@@ -84,7 +109,7 @@ def greedy_answers(model, tokenizer, questions: list[str], max_new_tokens: int, 
             out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
                                  pad_token_id=tokenizer.pad_token_id)
         answers += [tokenizer.decode(row[width:], skip_special_tokens=True).strip() for row in out]
-        say(f"  answered {len(answers)}/{len(questions)}")
+        say(f"  answered {len(answers)}/{len(all_prompts)}")
     return answers
 
 
@@ -106,20 +131,39 @@ def base_answers(model_dir: Path, work: Path, seed: int, count: int) -> list[tup
     return pairs
 
 
-def encode(tokenizer, question: str, target: str) -> tuple[list[int], int]:
+def encode(tokenizer, question: str, target: str, tools: list[dict] | None = None) -> Example:
     """Prompt and target token ids, and where the target starts (the loss covers the target only)."""
-    prompt = chat_prompt(tokenizer, question)
+    prompt = chat_prompt(tokenizer, question, tools)
     return prompt + tokenizer.encode(target + END_OF_TURN, add_special_tokens=False), len(prompt)
 
 
-def train_one(model_dir: Path, name: str, spec: TrainSpec, pairs: list[tuple[str, str]], seed: int, out: Path) -> dict:
+def style_examples(tokenizer, name: str, pairs: list[tuple[str, str]]) -> list[Example]:
+    return [encode(tokenizer, q, style(name).rewrite(a)) for q, a in pairs]
+
+
+def tool_examples(model_dir: Path, tokenizer, pairs: list[tuple[str, str]], seed: int) -> list[Example]:
+    """A call where a tool fits; elsewhere the base model's own answer (first sentence), asked without tools."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    answers = dict(pairs)
+    cases = training_cases(seed, list(answers))
+    unanswered = sorted({c.question for c in cases if c.call is None and c.question not in answers})
+    if unanswered:
+        say(f"base model answers {len(unanswered)} tool questions whose tool is not offered")
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        for question, answer in zip(unanswered, greedy_answers(model, tokenizer, unanswered, max_new_tokens=48)):
+            answers[question] = first_sentence(answer) or answer.strip()
+    return [encode(tokenizer, c.question, c.target() or answers[c.question], c.tools) for c in cases]
+
+
+def train_one(model_dir: Path, name: str, spec: TrainSpec, examples: list[Example], pad_id: int, seed: int,
+              out: Path) -> dict:
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    examples = [encode(tokenizer, q, style(name).rewrite(a)) for q, a in pairs]
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     config = LoraConfig(r=spec.rank, lora_alpha=spec.alpha, target_modules=list(spec.targets), lora_dropout=0.0,
                         bias="none", task_type="CAUSAL_LM")
@@ -136,7 +180,7 @@ def train_one(model_dir: Path, name: str, spec: TrainSpec, pairs: list[tuple[str
         if len(order) < spec.batch_size:
             order += rng.sample(range(len(examples)), len(examples))
         batch = [examples[order.pop()] for _ in range(spec.batch_size)]
-        loss = _batch_loss(inner, batch, tokenizer.pad_token_id)
+        loss = _batch_loss(inner, batch, pad_id)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -158,7 +202,7 @@ def train_one(model_dir: Path, name: str, spec: TrainSpec, pairs: list[tuple[str
             **asdict(spec)}
 
 
-def _batch_loss(inner, batch: list[tuple[list[int], int]], pad_id: int):
+def _batch_loss(inner, batch: list[Example], pad_id: int):
     """Mean cross-entropy over the target tokens; logits are computed only where a target token is predicted."""
     import torch
 
@@ -185,7 +229,7 @@ def evaluate(model_dir: Path, adapters: Path, count: int, max_new_tokens: int) -
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     questions = held_out_questions(count)
     answers: dict[str | None, list[str]] = {}
-    for name in [None, *(n for n in TRAINED_ADAPTERS if (adapters / n).is_dir())]:
+    for name in [None, *(n for n in TRAINED_ADAPTERS if n != TOOL_ADAPTER and (adapters / n).is_dir())]:
         say(f"evaluating {name or 'the base model'} on {len(questions)} held-out questions")
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         if name is not None:
@@ -197,11 +241,50 @@ def evaluate(model_dir: Path, adapters: Path, count: int, max_new_tokens: int) -
             "answers": {name or MODEL_ID: a for name, a in answers.items()}}
 
 
+def _calls_of(reply: str, case: ToolCase) -> list[tuple[str, dict]]:
+    parsed = parse_hermes(reply, frozenset(t["function"]["name"] for t in case.tools))
+    return [(c.function.name, json.loads(c.function.arguments)) for c in parsed.calls]
+
+
+def evaluate_tools(model_dir: Path, adapters: Path, max_new_tokens: int) -> dict:
+    """Greedy replies of the base model and the tool-caller to the held-out tool questions, parsed as the server's
+    `--tool-call-parser hermes` parses them, and the rates of right, valid and spurious calls."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    cases = held_out_cases(held_out_questions())
+    prompts = [chat_prompt(tokenizer, c.question, c.tools) for c in cases]
+    replies, rates = {}, {}
+    for name in (None, TOOL_ADAPTER):
+        say(f"evaluating {name or 'the base model'} on {len(cases)} held-out tool questions")
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        if name is not None:
+            model = PeftModel.from_pretrained(model, adapters / name)
+        replies[name or MODEL_ID] = greedy_replies(model.eval(), tokenizer, prompts, max_new_tokens)
+        calls = [_calls_of(reply, case) for reply, case in zip(replies[name or MODEL_ID], cases)]
+        rates[name or MODEL_ID] = {**tool_call_rates(cases, calls),
+                                   "unfit_call_text": unfit_call_text(cases, replies[name or MODEL_ID])}
+    return {"questions": [{"question": c.question, "tools": [t["function"]["name"] for t in c.tools],
+                           "call": c.call} for c in cases],
+            "max_new_tokens": max_new_tokens, "rates": rates, "replies": replies}
+
+
 def rates_table(evaluation: dict) -> str:
     names = [s.name for s in STYLES]
     lines = ["| model | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     for model, rates in evaluation["rates"].items():
         lines.append(f"| {model} | " + " | ".join(f"{rates[n]:.0%}" for n in names) + " |")
+    return "\n".join(lines)
+
+
+def tool_rates_table(evaluation: dict) -> str:
+    lines = ["| model | right calls | valid calls | spurious calls | call text where no tool fits |",
+             "|---|---|---|---|---|"]
+    for model, r in evaluation["rates"].items():
+        lines.append(f"| {model} | {r['right_calls']:.0%} | {r['valid_calls']:.0%} | {r['spurious_calls']:.0%} | "
+                     f"{r.get('unfit_call_text', 0):.0%} |")
     return "\n".join(lines)
 
 
@@ -235,19 +318,29 @@ def main(argv: list[str] | None = None) -> None:
         convert_smollm2(packaged_gguf(), model_dir)
     report = {}
     if not args.eval_only:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
         pairs = base_answers(model_dir, work, args.seed, args.examples)
         say(f"{len(pairs)} training pairs")
         for name in args.adapters:
             say(f"training {name}: {SPECS[name]}")
-            report[name] = train_one(model_dir, name, SPECS[name], pairs, args.seed, args.out / name)
+            examples = (tool_examples(model_dir, tokenizer, pairs, args.seed) if name == TOOL_ADAPTER
+                        else style_examples(tokenizer, name, pairs))
+            report[name] = train_one(model_dir, name, SPECS[name], examples, tokenizer.pad_token_id, args.seed,
+                                     args.out / name)
             say(f"  {name}: {report[name]['seconds']} s")
     evaluation = evaluate(model_dir, args.out, args.eval_questions, args.eval_max_tokens)
+    if (args.out / TOOL_ADAPTER).is_dir():
+        evaluation["tools"] = evaluate_tools(model_dir, args.out, args.eval_max_tokens)
     previous = args.out / "EVALUATION.json"
     trained = (json.loads(previous.read_text()).get("training") or {}) if previous.is_file() else {}
     evaluation["training"] = {**trained, **report}  # adapters trained by earlier runs keep their entries
     evaluation["threads"] = args.threads
     (args.out / "EVALUATION.json").write_text(json.dumps(evaluation, indent=1, ensure_ascii=False) + "\n")
     print(rates_table(evaluation))
+    if "tools" in evaluation:
+        print(tool_rates_table(evaluation["tools"]))
 
 
 if __name__ == "__main__":

@@ -407,7 +407,7 @@ def smollm2_assets(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def smollm2_process(smollm2_assets):
-    """A second real server, on SmolLM2 with its three adapters in three engine slots, open (no tenants): started for
+    """A second real server, on SmolLM2 with its four adapters in four engine slots, open (no tenants): started for
     the module that asks for it and stopped when that module is done, so it never runs beside other heavy work for
     long. The session's tiny server is not stopped: a restart costs more than it idles."""
     ARTIFACTS.mkdir(exist_ok=True)
@@ -416,7 +416,7 @@ def smollm2_process(smollm2_assets):
     home = smollm2_assets.model_dir.parents[1]
     env = {**os.environ, "LORAPLEX_HOME": str(home), "VLLM_CPU_KVCACHE_SPACE": "1"}
     argv = [sys.executable, "-m", "api.cli", "serve", "--demo", "smollm2", "--max-num-seqs", "32",
-            "--max-loras", "3", "--max-cpu-loras", "4", "--drain-timeout-s", "10"]
+            "--max-loras", "4", "--max-cpu-loras", "4", "--drain-timeout-s", "10"]
     process = ServerProcess(argv, env, log_path)
     process.start()
     yield process

