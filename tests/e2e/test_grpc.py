@@ -31,7 +31,7 @@ def client(grpc_address):
         yield c
 
 
-@pytest.mark.parametrize("model_index", [None, 0, 2])
+@pytest.mark.parametrize("model_index", [None, 0, 1, 2])
 def test_greedy_text_equals_http_whole_and_streamed(client, server, acme, base_model_id, adapter_names,
                                                     model_index):
     model = base_model_id if model_index is None else adapter_names[model_index]
