@@ -82,6 +82,12 @@ class Database(ABC):
     def execute(self, sql: str, params: Sequence = ()) -> Cursor:
         """One statement with `?` placeholders; outside a transaction it commits on return."""
 
+    def execute_many(self, sql: str, rows: Sequence[Sequence]) -> None:
+        """One statement with `?` placeholders for each row."""
+        with self.lock:
+            for row in rows:
+                self.execute(sql, row)
+
     @contextmanager
     def _transaction(self, begin: str, lock_key: str | None) -> Iterator[Database]:
         with self.lock:
@@ -140,6 +146,10 @@ class SqliteDatabase(Database):
     def execute(self, sql: str, params: Sequence = ()) -> Cursor:
         with self.lock:
             return self.conn.execute(sql, tuple(params))
+
+    def execute_many(self, sql: str, rows: Sequence[Sequence]) -> None:
+        with self.lock:
+            self.conn.executemany(sql, [tuple(row) for row in rows])
 
     def write(self, lock_key: str) -> AbstractContextManager[Database]:
         return self._transaction("BEGIN IMMEDIATE", None)  # the database's single writer lock

@@ -24,7 +24,8 @@ from api.ops.router import ops_router
 from api.responses.router import router as responses_router
 from api.routing.router import routing_router
 from api.sagemaker.router import sagemaker_router
-from api.server import Server
+from api.server import running
+from api.server.holder import Server
 
 logger = logging.getLogger(__name__)
 
@@ -62,20 +63,21 @@ def create_app(server: Server, grpc_front: GrpcFront | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         server.engine.start()
         try:
-            await server.started()
+            await running.start(server)
             if grpc_front is not None:
                 port = await grpc_front.start()
-                logger.info("gRPC (Open Inference Protocol v2) on %s", grpc_front.address.rsplit(":", 1)[0] + f":{port}")
+                host = grpc_front.address.rsplit(":", 1)[0]
+                logger.info("gRPC (Open Inference Protocol v2) on %s:%d", host, port)
             yield
         finally:
             server.lifecycle.ready = False
             if grpc_front is not None:
                 await grpc_front.stop(_SETTLE_S)
-            server.stop_background()
+            server.loops.stop()
             # Requests uvicorn cancelled at shutdown close their accounts (ledger records) on their next step.
             await server.lifecycle.wait_idle(_SETTLE_S)
             server.engine.shutdown()
-            server.close()
+            running.close(server)
 
     app = FastAPI(title="loraplex", lifespan=lifespan)
 
@@ -99,9 +101,9 @@ def create_app(server: Server, grpc_front: GrpcFront | None = None) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(Exception, _on_unexpected)
-    app.add_middleware(BodyLimitMiddleware, max_body_bytes=server.input_limits.max_body_bytes,
-                       uploads={admin_router.prefix: server.options.max_upload_bytes,
-                                FILES_PATH: server.batch_config.files_max_bytes + MULTIPART_OVERHEAD_BYTES})
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=server.config.input_limits.max_body_bytes,
+                       uploads={admin_router.prefix: server.config.serving.max_upload_bytes,
+                                FILES_PATH: server.config.batch.files_max_bytes + MULTIPART_OVERHEAD_BYTES})
     app.add_middleware(RequestIdMiddleware)
     app.openapi = openapi
     return app

@@ -60,7 +60,7 @@ def micro(demo) -> dict:
         router = TrafficRouter(registry, store, RoutingConfig(rollout_refresh_s=3600),
                                RoutingMetrics(CollectorRegistry(), lambda label: label))
         resolver = ModelResolver(registry.base.model_id, registry)
-        served = resolver.resolve("bench")
+        resolved = resolver.resolve("bench")
 
         def per_call_us(work, n: int) -> float:
             started = time.perf_counter()
@@ -69,7 +69,7 @@ def micro(demo) -> dict:
             return (time.perf_counter() - started) / n * 1e6
 
         def decide(i: int) -> None:
-            router.decide("bench", served, "acme", f"user-{i % 100}", f"req-{i}", everything)
+            router.decide(resolved, "acme", f"user-{i % 100}", f"req-{i}", everything)
             router._routes.pop(f"req-{i}")  # what `observe` does once the request ends
 
         results = {"resolve_us": per_call_us(lambda i: resolver.resolve("bench"), MICRO_ITERATIONS // 4)}
@@ -81,7 +81,7 @@ def micro(demo) -> dict:
             results[f"decide_{label}_us"] = per_call_us(decide, MICRO_ITERATIONS)
             if label == "canary":
                 def observe(i: int) -> None:
-                    router.decide("bench", served, "acme", None, f"obs-{i}", everything)
+                    router.decide(resolved, "acme", None, f"obs-{i}", everything)
                     account = RequestAccount(OutcomeSink([]), f"obs-{i}", model="bench", version="1")
                     router.observe(account.finish(200))
                 results["decide_and_observe_us"] = per_call_us(observe, MICRO_ITERATIONS // 10)

@@ -134,7 +134,7 @@ API_FLOORS: list[tuple[str, set[str]]] = [
     ("the OpenAI endpoints", {"api.openai"}),
     ("features over the OpenAI endpoints", {"api.batch", "api.graphs", "api.responses", "api.sagemaker"}),
     ("async jobs (over batch)", {"api.jobs"}),
-    ("the server, assembled", {"api.server"}),
+    ("the configuration and the server, assembled", {"api.config", "api.server"}),
     ("the gRPC front", {"api.grpc"}),
     ("the app, scale-out and the command line", {"api.app", "api.cluster", "api.cli"}),
 ]

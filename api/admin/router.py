@@ -52,7 +52,7 @@ async def publish_adapter(request: Request, admin: AdminService = Admin) -> Vers
         if not name:
             raise bad_request("?name= is required with an archive upload.", param="name")
         return await admin.upload(await request.body(), name, request.query_params.get("description", ""))
-    body = await parse_body(request, RegisterRequest, request.app.state.server.input_limits.max_json_depth)
+    body = await parse_body(request, RegisterRequest, request.app.state.server.config.input_limits.max_json_depth)
     return await admin.register(body.source, body.name, body.description)
 
 
@@ -65,7 +65,7 @@ async def get_adapter(name: str, admin: AdminService = Admin) -> AdapterView:
 async def compose(name: str, request: Request, admin: AdminService = Admin) -> VersionView:
     """Publishes a weighted mixture of published versions as the next version of `name` (exact; the manifest's
     `lineage` records the components)."""
-    body = await parse_body(request, ComposeRequest, request.app.state.server.input_limits.max_json_depth)
+    body = await parse_body(request, ComposeRequest, request.app.state.server.config.input_limits.max_json_depth)
     return await admin.compose(name, [(p.model, p.weight) for p in body.components], body.description)
 
 

@@ -63,7 +63,8 @@ async def delete_file(file_id: str, request: Request) -> JSONResponse:
 @batch_router.post("/v1/batches")
 async def create_batch(request: Request) -> JSONResponse:
     caller = caller_of(request)
-    body = decode_body(await request.body(), BatchCreateRequest, request.app.state.server.input_limits.max_json_depth)
+    limits = request.app.state.server.config.input_limits
+    body = decode_body(await request.body(), BatchCreateRequest, limits.max_json_depth)
     return _json(_service(request).create(caller, body))
 
 

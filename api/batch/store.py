@@ -5,27 +5,31 @@ pending at the next start and runs it again. Its usage row is keyed by batch and
 ledger keeps only the first. WAL, synchronous NORMAL (the SQLite ledger's default durability).
 
 The file is `$LORAPLEX_HOME/batches.sqlite` unless `--batch-store-path` names another; it is SQLite and per server
-whatever the ledger's backend.
+whatever the ledger's backend, opened like every store (`adapters.sql`).
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from adapters.home import data_home
+from adapters.sql import DB_ERRORS, Database, SchemaTooNew, migrate, open_database
 
 STORE_FILE = "batches.sqlite"
-SCHEMA_VERSION = 1
+VERSION_TABLE = "batch_schema_version"
+LOCK_KEY = "loraplex-batches"
 UNFINISHED = ("validating", "in_progress", "finalizing", "cancelling")
 LINE_STATES = ("pending", "done", "failed", "cancelled", "expired")
 
-_SCHEMA = """
+# Version 1's tables exist in files written before the version table (they recorded PRAGMA user_version), hence
+# IF NOT EXISTS.
+MIGRATIONS = ["""
 CREATE TABLE IF NOT EXISTS files (
     id TEXT PRIMARY KEY, tenant TEXT NOT NULL, purpose TEXT NOT NULL, filename TEXT NOT NULL,
     bytes INTEGER NOT NULL, created_at INTEGER NOT NULL, deleted INTEGER NOT NULL DEFAULT 0
@@ -50,7 +54,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     status TEXT NOT NULL, created_at INTEGER NOT NULL, completed_at INTEGER, expires_at REAL,
     status_code INTEGER, result TEXT
 );
-"""
+"""]
 
 
 class StoreError(Exception):
@@ -86,31 +90,25 @@ class BatchStore:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self._lock = threading.Lock()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            self._conn.row_factory = sqlite3.Row
-            self._conn.execute("PRAGMA busy_timeout = 5000")
-            self._conn.execute("PRAGMA journal_mode = WAL")
-            self._conn.execute("PRAGMA synchronous = NORMAL")
-            with self._tx() as conn:
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-                if version > SCHEMA_VERSION:
-                    raise StoreError(f"{self.path}: schema version {version} is newer than this loraplex's")
-                if version < SCHEMA_VERSION:
-                    for statement in filter(str.strip, _SCHEMA.split(";")):
-                        conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        except sqlite3.Error as e:
+            self._db = open_database(self.path, busy_timeout_s=5.0)
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            migrate(self._db, LOCK_KEY, VERSION_TABLE, MIGRATIONS)
+        except (OSError, SchemaTooNew, *DB_ERRORS) as e:
             raise StoreError(f"cannot open batch store {self.path}: {e}") from e
 
-    def _tx(self):
-        return _Transaction(self._conn, self._lock)
+    @contextmanager
+    def _tx(self) -> Iterator[Database]:
+        """One write transaction (rolled back on any error)."""
+        try:
+            with self._db.write(LOCK_KEY) as db:
+                yield db
+        except DB_ERRORS as e:
+            raise StoreError(f"batch store write failed: {e}") from e
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._db.close()
 
     # ------------------------------------------------------------------ files
 
@@ -191,8 +189,8 @@ class BatchStore:
             if not moved:
                 return False
             conn.execute("DELETE FROM lines WHERE batch_id = ?", (batch_id,))
-            conn.executemany("INSERT INTO lines (batch_id, line, custom_id, body, state) VALUES (?,?,?,?,'pending')",
-                             [(batch_id, n, cid, json.dumps(body)) for n, cid, body in lines])
+            conn.execute_many("INSERT INTO lines (batch_id, line, custom_id, body, state) VALUES (?,?,?,?,'pending')",
+                              [(batch_id, n, cid, json.dumps(body)) for n, cid, body in lines])
         return True
 
     def reserved_tokens(self, tenant: str) -> int:
@@ -295,31 +293,6 @@ class BatchStore:
 
     def _all(self, sql: str, params: tuple) -> list[dict]:
         try:
-            with self._lock:
-                return [dict(r) for r in self._conn.execute(sql, params).fetchall()]
-        except sqlite3.Error as e:
+            return self._db.fetch_dicts(sql, params)
+        except DB_ERRORS as e:
             raise StoreError(f"cannot read batch store {self.path}: {e}") from e
-
-
-class _Transaction:
-    """`BEGIN IMMEDIATE` ... `COMMIT` under the store's lock; rolled back on any error."""
-
-    def __init__(self, conn: sqlite3.Connection, lock: threading.Lock):
-        self._conn, self._lock = conn, lock
-
-    def __enter__(self) -> sqlite3.Connection:
-        self._lock.acquire()
-        try:
-            self._conn.execute("BEGIN IMMEDIATE")
-        except BaseException:
-            self._lock.release()
-            raise
-        return self._conn
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        try:
-            self._conn.execute("ROLLBACK" if exc_type else "COMMIT")
-        finally:
-            self._lock.release()
-        if isinstance(exc, sqlite3.Error):
-            raise StoreError(f"batch store write failed: {exc}") from exc

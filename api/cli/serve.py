@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import typing
 from pathlib import Path
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 
 from adapters.base_model import BaseModelError, base_model_spec
 from adapters.demo.assets import DemoAssets, DemoConfig, ensure_demo_assets
@@ -17,34 +16,17 @@ from adapters.home import demo_home
 from adapters.registry import Registry, RegistryConfig
 from adapters.sql import DB_ERRORS
 from adapters.validation import AdapterValidationError
-from api.batch.config import BatchConfig
 from api.cli.flags import add_config_arguments, config_from_args
+from api.config import FLAG_SECTIONS, LoraplexConfig, ServingOptions
 from api.generation.virtual_model_table import GraphError, VirtualModelTable
 from api.grpc.front import GrpcFront
-from api.input_limits import InputLimits
 from api.lifecycle import DrainingServer, http_config
-from api.observability.drift import DriftConfig
-from api.routing.config import RoutingConfig
-from api.sagemaker.environment import MODEL_DIR, PORT_ENV, ModelArtifacts, bound_port, model_artifacts
-from api.server import ServingOptions, TierSizes, build_server
+from api.sagemaker.environment import MODEL_DIR, ModelArtifacts, bound_port, model_artifacts
+from api.server.build import build_server
 from api.tenancy.config import ConfigError, TenancyConfig, load_tenancy_config
 from api.tenancy.ledger import LedgerError
 from api.tenancy.limits_backend import LimitsUnavailable
 from engine.cluster.config import ClusterConfig
-from engine.config import EngineConfig
-
-
-class ServerConfig(BaseModel):
-    """Where and how the HTTP server listens."""
-
-    host: str = Field(default="127.0.0.1", description="Address to bind.")
-    port: int = Field(default=8000, ge=0, le=65535,
-                      description=f"TCP port to bind; ${PORT_ENV}, when set, overrides it.")
-    log_level: typing.Literal["debug", "info", "warning", "error"] = Field(default="info",
-                                                                          description="Log level.")
-    grpc_port: int | None = Field(default=None, ge=0, le=65535,
-                                  description="Also serve the Open Inference Protocol v2 (KServe, Triton) over gRPC "
-                                  "on this port of --host (0: a free one; the log says which). Default: HTTP only.")
 
 
 def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -68,16 +50,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
                        help="Keep adapter NAME (its stable version) loaded in the engine's CPU tier and on "
                        "disk; never evicted (repeatable). With --replicas each replica keeps it once it has "
                        "loaded it, on its first request.")
-    add_config_arguments(serve, ServerConfig, skip=set())
     add_config_arguments(serve, DemoConfig, skip=set())
-    add_config_arguments(serve, EngineConfig, skip={"model"})
-    add_config_arguments(serve, RegistryConfig, skip=set())
-    add_config_arguments(serve, ServingOptions, skip=set())
-    add_config_arguments(serve, InputLimits, skip=set())
-    add_config_arguments(serve, RoutingConfig, skip=set())
-    add_config_arguments(serve, DriftConfig, skip=set())
-    add_config_arguments(serve, BatchConfig, skip=set())
-    add_config_arguments(serve, ClusterConfig, skip=set())
+    for section, config_cls in FLAG_SECTIONS.items():
+        add_config_arguments(serve, config_cls, skip={"model"} if section == "engine" else set())
 
 
 def parse_adapter_flag(value: str) -> tuple[str, Path]:
@@ -159,6 +134,29 @@ def cluster_config(args: argparse.Namespace, tenancy: TenancyConfig) -> ClusterC
     return tenancy.cluster
 
 
+def serve_config(args: argparse.Namespace, model: str, demo: DemoAssets | None,
+                 port: int | None) -> LoraplexConfig:
+    """The one configuration, from the flags and the tenants file; every problem of a section at once."""
+    try:
+        sections = {name: config_from_args(cls, args) for name, cls in FLAG_SECTIONS.items()
+                    if name not in ("server", "engine", "serving", "cluster")}
+        server = config_from_args(FLAG_SECTIONS["server"], args, **({} if port is None else {"port": port}))
+        engine = config_from_args(FLAG_SECTIONS["engine"], args, model=model)
+        serving = demo_chat_defaults(config_from_args(ServingOptions, args), demo)
+    except ValidationError as e:
+        raise SystemExit(f"invalid configuration:\n{e}") from e
+    if not Path(model).is_dir():
+        raise SystemExit(f"--model: {model} is not a directory")
+    if serving.chat_template is not None and not Path(serving.chat_template).is_file():
+        raise SystemExit(f"--chat-template: {serving.chat_template} is not a file")
+    tenancy = _tenancy(serving.config)
+    try:
+        return LoraplexConfig(server=server, engine=engine, serving=serving, tenancy=tenancy,
+                              cluster=cluster_config(args, tenancy), pins=tuple(args.pin), **sections)
+    except ValidationError as e:
+        raise SystemExit(f"invalid configuration:\n{e}") from e
+
+
 def serve(args: argparse.Namespace) -> None:
     # vLLM loads here, not at import: `loraplex adapters ...` and `keys ...` start without it.
     from api.app import create_app
@@ -178,64 +176,36 @@ def serve(args: argparse.Namespace) -> None:
         port = bound_port(os.environ)
     except ValueError as e:
         raise SystemExit(str(e)) from e
-    try:
-        server_config = config_from_args(ServerConfig, args, **({} if port is None else {"port": port}))
-        engine_config = config_from_args(EngineConfig, args, model=model)
-        registry_config = config_from_args(RegistryConfig, args)
-        options = demo_chat_defaults(config_from_args(ServingOptions, args), demo)
-        input_limits = config_from_args(InputLimits, args)
-        routing = config_from_args(RoutingConfig, args)
-        drift_config = config_from_args(DriftConfig, args)
-        batch_config = config_from_args(BatchConfig, args)
-    except ValidationError as e:
-        raise SystemExit(f"invalid configuration:\n{e}") from e
-    if not Path(model).is_dir():
-        raise SystemExit(f"--model: {model} is not a directory")
-    if options.chat_template is not None and not Path(options.chat_template).is_file():
-        raise SystemExit(f"--chat-template: {options.chat_template} is not a file")
-    tenancy = _tenancy(options.config)
+    config = serve_config(args, model, demo, port)
     try:
         base = base_model_spec(Path(model))
     except BaseModelError as e:
         raise SystemExit(f"--model: {e}") from e
     try:
-        cluster = cluster_config(args, tenancy)
-    except ValidationError as e:
-        raise SystemExit(f"invalid configuration:\n{e}") from e
-    try:
-        registry = Registry.from_config(registry_config, base, engine_config.max_lora_rank)
+        registry = Registry.from_config(config.registry, base, config.engine.max_lora_rank)
     except DB_ERRORS as e:
         raise SystemExit(f"--index-url: cannot open the registry index: {e}") from e
     published = _publish_startup_adapters(registry, flags)
-    check_virtual_models(tenancy, registry, base.model_id, options.config)
-    if model_id_of(engine_config) != base.model_id:
-        raise SystemExit(f"model id mismatch: engine {model_id_of(engine_config)!r}, registry base {base.model_id!r}")
-    if len(args.pin) >= engine_config.max_cpu_loras:
-        raise SystemExit(f"--pin: {len(args.pin)} pinned adapters leave no room in max_cpu_loras "
-                         f"{engine_config.max_cpu_loras}")
+    check_virtual_models(config.tenancy, registry, base.model_id, config.serving.config)
+    if model_id_of(config.engine) != base.model_id:
+        raise SystemExit(f"model id mismatch: engine {model_id_of(config.engine)!r}, registry base {base.model_id!r}")
     try:
-        if cluster.enabled:
+        if config.cluster.enabled:
             # Ray loads only in scale-out mode.
             from api.cluster.serve import build_cluster_server
 
-            server = build_cluster_server(cluster, engine_config, registry_config, registry, tenancy, options,
-                                          tuple(args.pin), input_limits, routing, drift_config, batch_config)
+            server = build_cluster_server(registry, config)
         else:
-            sizes = TierSizes(engine_config.max_loras, engine_config.max_cpu_loras,
-                              registry_config.resolved_disk_cache_dir(), registry_config.disk_cache_bytes)
-            server = build_server(LoraplexEngine(engine_config), registry, tenancy, options, sizes,
-                                  tuple(args.pin), max_running=engine_config.max_num_seqs, input_limits=input_limits,
-                                  routing=routing, drift_config=drift_config, batch_config=batch_config)
+            server = build_server(LoraplexEngine(config.engine), registry, config)
     except LedgerError as e:
         raise SystemExit(f"--ledger-url: {e}") from e
     except LimitsUnavailable as e:
         raise SystemExit(f"--limits-url: {e}") from e
-    engine = server.engine
-    print(f"[loraplex] serving {engine.model_id}; registry {registry_config.resolved_store_uri()}; "
+    print(f"[loraplex] serving {server.engine.model_id}; registry {config.registry.resolved_store_uri()}; "
           f"published at start: {', '.join(published) or '(none)'}", file=sys.stderr, flush=True)
     grpc_front = None
-    if server_config.grpc_port is not None:
-        grpc_front = GrpcFront(server, server_config.host, server_config.grpc_port)
-    config = http_config(create_app(server, grpc_front), input_limits, server_config.host, server_config.port,
-                         server_config.log_level)
-    DrainingServer(config, server.lifecycle, options.drain_timeout_s).run()
+    if config.server.grpc_port is not None:
+        grpc_front = GrpcFront(server, config.server.host, config.server.grpc_port)
+    http = http_config(create_app(server, grpc_front), config.input_limits, config.server.host, config.server.port,
+                       config.server.log_level)
+    DrainingServer(http, server.lifecycle, config.serving.drain_timeout_s).run()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from adapters.identity import AdapterIdentity, parse_model_ref
+from adapters.identity import AdapterIdentity, ModelRef, parse_model_ref
 from adapters.manifest import Manifest
 from adapters.registry import AdapterNotFound, Registry
 from api.auth import Caller
@@ -54,17 +54,39 @@ class ServedModel:
         return str(self.manifest.version) if self.manifest is not None else ""
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """A request's `model`, resolved for its caller: how the request named it and what serves it."""
+
+    ref: ModelRef | None  # None: the base model
+    served: ServedModel
+
+    @property
+    def kind(self) -> str:
+        """base, name (an adapter's `stable` alias), version (NAME@V) or alias (NAME:ALIAS)."""
+        if self.ref is None:
+            return "base"
+        if self.ref.version is not None:
+            return "version"
+        return "alias" if self.ref.alias is not None else "name"
+
+    @property
+    def follows_rollouts(self) -> bool:
+        """Only a bare NAME takes part in its name's rollout; a version or an alias pins what serves."""
+        return self.kind == "name"
+
+
 class ModelResolver:
     def __init__(self, base_model_id: str, registry: Registry):
         self.base_model_id = base_model_id
         self.registry = registry
 
-    def resolve(self, model: str, may_use: Visibility = everything) -> ServedModel:
+    def resolve(self, model: str, may_use: Visibility = everything) -> Resolved:
         """Raises the same 404 for an adapter that does not exist and for one the caller may not use."""
         if model == self.base_model_id:
             if not may_use(None):
                 raise model_not_found(model)
-            return ServedModel(self.base_model_id, None)
+            return Resolved(None, ServedModel(self.base_model_id, None))
         try:
             ref = parse_model_ref(model)
         except ValueError as e:
@@ -75,4 +97,4 @@ class ModelResolver:
             manifest = self.registry.resolve(ref)
         except AdapterNotFound as e:
             raise model_not_found(model) from e
-        return ServedModel(self.base_model_id, manifest)
+        return Resolved(ref, ServedModel(self.base_model_id, manifest))

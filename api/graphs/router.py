@@ -33,10 +33,10 @@ async def reload_virtual_models(request: Request) -> JSONResponse:
     """Re-reads the `virtual_models` section of the tenants file (--config) and swaps it in whole; any problem
     (schema, unknown member, cycle, name clash) is a 400 listing all of them, and the current set stays."""
     server = _server(request)
-    if server.options.config is None:
+    if server.config.serving.config is None:
         raise bad_request("The server runs without a tenants file (--config); there is nothing to reload.")
     try:
-        models = load_tenancy_config(server.options.config).virtual_models
+        models = load_tenancy_config(server.config.serving.config).virtual_models
         server.graphs.table.replace(models)
     except (ConfigError, GraphError) as e:
         raise OpenAIError(400, "The virtual models were not reloaded:\n" + "\n".join(e.problems),

@@ -14,7 +14,7 @@ from grpc_reflection.v1alpha import reflection
 from api.grpc import inference_pb2
 from api.grpc.inference_pb2_grpc import add_GRPCInferenceServiceServicer_to_server
 from api.grpc.servicer import InferenceServicer
-from api.server import Server
+from api.server.holder import Server
 
 SERVICE = inference_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 
@@ -29,7 +29,7 @@ class GrpcFront:
 
     async def start(self) -> int:
         """Binds and serves; returns the bound port (0 asks for a free one)."""
-        limit = self.server.input_limits.max_body_bytes
+        limit = self.server.config.input_limits.max_body_bytes
         self._grpc = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
                                               ("grpc.max_send_message_length", limit)])
         add_GRPCInferenceServiceServicer_to_server(InferenceServicer(self.server), self._grpc)

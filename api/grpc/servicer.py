@@ -21,7 +21,7 @@ from api.grpc.tensors import FINAL_FLAG, INPUT_TYPES, TEXT_OUTPUT, InferCall, in
 from api.observability.outcome import STATUS_CLIENT_CLOSED, UNKNOWN
 from api.openai.protocol import CompletionRequest, CompletionResponse
 from api.pipeline.request import Reply
-from api.server import Server
+from api.server.holder import Server
 
 CODE_BY_STATUS = {400: grpc.StatusCode.INVALID_ARGUMENT, 401: grpc.StatusCode.UNAUTHENTICATED,
                   403: grpc.StatusCode.PERMISSION_DENIED, 404: grpc.StatusCode.NOT_FOUND,
@@ -78,7 +78,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
     def _card(self, name: str, version: str, context: grpc.aio.ServicerContext):
         caller = self.server.auth.caller(_authorization(context))
         model = f"{name}@{version}" if version else name
-        return self.server.catalog.model_card(model, visibility_of(self.server.tenancy, caller))
+        return self.server.catalog.model_card(model, visibility_of(self.server.config.tenancy, caller))
 
     async def ModelReady(self, request, context):
         try:

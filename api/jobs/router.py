@@ -18,7 +18,7 @@ def _service(request: Request) -> JobService:
 
 async def _submit(request: Request, endpoint: str) -> JSONResponse:
     caller = caller_of(request)
-    payload = await read_json_object(request, request.app.state.server.input_limits.max_json_depth)
+    payload = await read_json_object(request, request.app.state.server.config.input_limits.max_json_depth)
     job = await _service(request).submit(caller, endpoint, payload)
     return JSONResponse(job.model_dump(), status_code=202)
 

@@ -15,7 +15,7 @@ Shape (every number may be null where there is no traffic):
            "totals": {"requests", "errors", "prompt_tokens", "completion_tokens", "cost_usd", "price_usd",
                       "cost_per_1k_tokens_usd", "price_per_1k_tokens_usd"}}
 Tenant and model names are the bounded metric labels, so at most top_n rows plus `other`.
-`api/server.py`'s `Server.dashboard_data` adds
+`api/server/dashboard.py`'s `Dashboard.data` adds
     "routing": {"rollouts": [{"id", "name", "policy", "state", "percent", "reason",
                               "arms": [{"arm", "model", "requests", "error_rate", "ttft_p95_s"}],
                               "shadow": {"completed", "exact_match_rate"}}] (the newest 10),

@@ -4,15 +4,17 @@ window survive a restart: loaded at start, saved every `SAVE_INTERVAL_S` while t
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 from pathlib import Path
 
+from adapters.sql import DB_ERRORS, SchemaTooNew, migrate, open_database
 from api.observability.drift import DriftSample, WindowState
 
 DRIFT_FILE = "drift.sqlite"
 SAVE_INTERVAL_S = 10.0
-_SCHEMA = """
+VERSION_TABLE = "drift_schema_version"
+LOCK_KEY = "loraplex-drift"
+# Version 1 is the table files written before the version table already have, hence IF NOT EXISTS.
+MIGRATIONS = ["""
 CREATE TABLE IF NOT EXISTS drift_windows (
     model TEXT NOT NULL,
     version TEXT NOT NULL,
@@ -21,7 +23,7 @@ CREATE TABLE IF NOT EXISTS drift_windows (
     current TEXT NOT NULL,
     PRIMARY KEY (model, version)
 )
-"""
+"""]
 
 
 class DriftStoreError(Exception):
@@ -38,39 +40,33 @@ def _decode(text: str) -> list[DriftSample]:
 
 
 class DriftStore:
-    """One SQLite file (WAL); `save` replaces every row in one transaction. Thread-safe."""
+    """One SQLite file (WAL), opened like every store (`adapters.sql`); `save` replaces every row in one
+    transaction. Thread-safe."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self._lock = threading.Lock()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            self._conn.execute("PRAGMA busy_timeout = 5000")
-            self._conn.execute("PRAGMA journal_mode = WAL")
-            self._conn.execute(_SCHEMA)
-        except (OSError, sqlite3.Error) as e:
+            self._db = open_database(self.path, busy_timeout_s=5.0)
+            self._db.execute("PRAGMA journal_mode = WAL")
+            migrate(self._db, LOCK_KEY, VERSION_TABLE, MIGRATIONS)
+        except (OSError, SchemaTooNew, *DB_ERRORS) as e:
             raise DriftStoreError(f"cannot open drift store {self.path}: {e}") from e
 
     def load(self) -> dict[tuple[str, str], WindowState]:
-        with self._lock:
-            rows = self._conn.execute("SELECT model, version, pinned, reference, current FROM drift_windows").fetchall()
+        with self._db.read() as db:
+            rows = db.execute("SELECT model, version, pinned, reference, current FROM drift_windows").fetchall()
         return {(model, version): WindowState(_decode(reference), _decode(current), bool(pinned))
                 for model, version, pinned, reference, current in rows}
 
     def save(self, states: dict[tuple[str, str], WindowState]) -> None:
         rows = [(model, version, int(s.pinned), _encode(s.reference), _encode(s.current))
                 for (model, version), s in states.items()]
-        with self._lock:
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-                self._conn.execute("DELETE FROM drift_windows")
-                self._conn.executemany("INSERT INTO drift_windows VALUES (?, ?, ?, ?, ?)", rows)
-                self._conn.execute("COMMIT")
-            except sqlite3.Error as e:
-                self._conn.execute("ROLLBACK")
-                raise DriftStoreError(f"cannot save drift windows to {self.path}: {e}") from e
+        try:
+            with self._db.write(LOCK_KEY) as db:
+                db.execute("DELETE FROM drift_windows")
+                db.execute_many("INSERT INTO drift_windows VALUES (?, ?, ?, ?, ?)", rows)
+        except DB_ERRORS as e:
+            raise DriftStoreError(f"cannot save drift windows to {self.path}: {e}") from e
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._db.close()

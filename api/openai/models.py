@@ -45,7 +45,7 @@ class ModelCatalog:
         virtual = self._virtual_cards(may_use, only=model)
         if virtual:
             return virtual[0]
-        served = self.resolver.resolve(model, may_use)
+        served = self.resolver.resolve(model, may_use).served
         if served.manifest is None:
             return ModelCard(id=served.id, created=self._created, root=served.id)
         return ModelCard(id=served.id, created=_unix(served.manifest.created_at), root=served.id,

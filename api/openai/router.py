@@ -77,14 +77,14 @@ def caller_of(request: Request) -> Caller:
 @router.get("/v1/models")
 async def list_models(request: Request) -> JSONResponse:
     server = request.app.state.server
-    visibility = visibility_of(server.tenancy, caller_of(request))
+    visibility = visibility_of(server.config.tenancy, caller_of(request))
     return JSONResponse(server.catalog.model_list(visibility).model_dump(exclude_none=True))
 
 
 @router.get("/v1/models/{model_id:path}")
 async def retrieve_model(model_id: str, request: Request) -> JSONResponse:
     server = request.app.state.server
-    card = server.catalog.model_card(model_id, visibility_of(server.tenancy, caller_of(request)))
+    card = server.catalog.model_card(model_id, visibility_of(server.config.tenancy, caller_of(request)))
     return JSONResponse(card.model_dump(exclude_none=True))
 
 
@@ -113,7 +113,7 @@ async def run_generation(request: Request, parse: ParseBody) -> Response:
 
 async def _generate(request: Request, body_cls: type[Body], service: GenerationService[Body]) -> Response:
     async def parse() -> tuple[Body, GenerationService[Body]]:
-        return await parse_body(request, body_cls, request.app.state.server.input_limits.max_json_depth), service
+        return await parse_body(request, body_cls, request.app.state.server.config.input_limits.max_json_depth), service
 
     return await run_generation(request, parse)
 
@@ -132,7 +132,7 @@ async def completions(request: Request) -> Response:
 async def tokenize(request: Request) -> JSONResponse:
     server = request.app.state.server
     caller = caller_of(request)
-    payload = await read_json_object(request, server.input_limits.max_json_depth)
+    payload = await read_json_object(request, server.config.input_limits.max_json_depth)
     body = validate_body(payload, tokenize_request_type(payload))
     return JSONResponse((await server.tokenizing.tokenize(body, caller)).model_dump())
 
@@ -141,7 +141,7 @@ async def tokenize(request: Request) -> JSONResponse:
 async def detokenize(request: Request) -> JSONResponse:
     server = request.app.state.server
     caller = caller_of(request)
-    body = await parse_body(request, DetokenizeRequest, server.input_limits.max_json_depth)
+    body = await parse_body(request, DetokenizeRequest, server.config.input_limits.max_json_depth)
     return JSONResponse((await server.tokenizing.detokenize(body, caller)).model_dump())
 
 

@@ -72,7 +72,7 @@ async def dashboard_asset(asset: str, request: Request) -> Response:
     if asset == "data":
         server = request.app.state.server
         server.auth.admin(request.headers.get("authorization"))
-        return JSONResponse(server.dashboard_data())
+        return JSONResponse(server.dashboard.data())
     files = {p.name: p for p in STATIC_DIR.iterdir() if p.is_file()}
     if asset not in files:
         raise OpenAIError(404, f"No dashboard asset {asset!r}.", code="not_found")

@@ -1,10 +1,11 @@
 """One generation request from arrival to its last byte: the template every OpenAI generation endpoint uses.
 
-In order: refuse while draining, open the account, resolve `model`, prepare engine calls (prompt and
-output budget), reserve tenant limits, wait for fair admission, bring the adapter in, then run the calls
-and stream or collect. Each step that takes something registers its give-back on the account;
-`closes_on_failure` closes it on anything that escapes, so no step can leak what it took. A streamed
-response hands its account to `framed_stream`, which closes it before the last byte.
+In order: refuse while draining, open the account, resolve `model`, route it (rollout arm, shadow, fallback
+chain), prepare engine calls (prompt and output budget), reserve tenant limits, wait for fair admission, load
+the first option of the route that can serve, then run the calls and stream or collect. Each step that takes
+something registers its give-back on the account; `closes_on_failure` closes it on anything that escapes, so no
+step can leak what it took. A streamed response hands its account to `framed_stream`, which closes it before the
+last byte.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from pydantic import BaseModel
 from api.auth import Caller
 from api.errors import OpenAIError
 from api.generation.accounting import Accounts, RequestAccount, closes_on_failure
-from api.generation.adapter_loading import AdapterLoader
 from api.generation.admission import EngineAdmission
 from api.generation.budget import OutputLimit
 from api.generation.cache_salt import CacheSalts
@@ -34,6 +34,7 @@ from api.generation.sse import framed_stream
 from api.input_limits import InputLimits
 from api.lifecycle import Lifecycle
 from api.observability.drift import DriftMonitor, watched
+from api.routing.landing import FallbackLoader
 from api.routing.shadow import ShadowRunner
 from api.routing.traffic import TrafficRouter
 from api.tenancy.billing import LedgerWriter
@@ -94,7 +95,7 @@ class Pipeline:
     resolver: ModelResolver
     limits: TenantLimits
     admission: EngineAdmission
-    loader: AdapterLoader
+    loading: FallbackLoader
     tracing: Tracing
     input_limits: InputLimits
     billing: LedgerWriter
@@ -183,9 +184,9 @@ class GenerationService(ABC, Generic[Req]):
             self._as_batch_line(account, lane)
         async with closes_on_failure(account):
             may_use = visibility_of(p.tenancy, caller)
-            served = p.resolver.resolve(req.model, may_use)
-            # Routing step (api/routing): rollout arm, shadow and fallback chain; `enter` loads what serves.
-            route = p.router.decide(req.model, served, caller.tenant, req.user, account.request_id, may_use)
+            resolved = p.resolver.resolve(req.model, may_use)
+            # Routing step (api/routing): rollout arm, shadow and fallback chain.
+            route = p.router.decide(resolved, caller.tenant, req.user, account.request_id, may_use)
             account.model, account.version = route.primary.name, route.primary.version
             tenant_cap = p.tenancy.tenant(caller.tenant).limits.max_tokens
             prepared = Prepared(await self.prepare(req, response_id, tenant_cap))
@@ -200,14 +201,16 @@ class GenerationService(ABC, Generic[Req]):
                                                    route.primary.manifest)
                 limit_headers = await p.limits.admit(caller, prepared.reserve_tokens, prepared.sequences,
                                                      limit_param, account)
-            adapter = await p.router.enter(route, p.loader, account)
-            served = route.served
-            account.model, account.version, account.route = served.name, served.version, route.ledger_route()
-            headers = {SERVED_MODEL_HEADER: served.id, **route.headers(), **limit_headers}
+            # Load step: the first of the route's options that can serve, into the engine.
+            landing = await p.loading.load(route, account)
+            p.router.landed(account.request_id, landing.served, landing.primary_failed)
+            served = landing.served
+            account.model, account.version, account.route = served.name, served.version, landing.ledger_route()
+            headers = {SERVED_MODEL_HEADER: served.id, **landing.headers(), **limit_headers}
             created = int(time.time())
             cache_salt = p.cache_salts.salt_of(caller.tenant)
             p.shadows.start(route, prepared.calls, cache_salt)
-            calls = run_calls(self.engine, adapter, prepared.calls, account, cache_salt)
+            calls = run_calls(self.engine, landing.adapter, prepared.calls, account, cache_salt)
             if route.rollout is not None:
                 calls = p.router.tap(route, calls)
             if p.drift is not None and (lane is None or lane.preempt is None):  # batch lines are not live traffic

@@ -23,7 +23,7 @@ async def create_response(request: Request) -> Response:
     service: ResponsesService = server.responses
 
     async def parse() -> tuple[ResponseTurn, ResponsesService]:
-        body = await parse_body(request, ResponsesRequest, server.input_limits.max_json_depth)
+        body = await parse_body(request, ResponsesRequest, server.config.input_limits.max_json_depth)
         if server.graphs.serves(body.model):
             raise bad_request(f"{body.model!r} is a virtual model; they serve chat and completions only.",
                               param="model", code="unsupported_model")

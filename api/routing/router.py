@@ -66,5 +66,5 @@ async def feedback(request: Request) -> FeedbackView:
     """A score for a request a rollout routed, from the tenant that sent it."""
     server = request.app.state.server
     caller = server.auth.caller(request.headers.get("authorization"))
-    body = await parse_body(request, FeedbackRequest, server.input_limits.max_json_depth)
+    body = await parse_body(request, FeedbackRequest, server.config.input_limits.max_json_depth)
     return server.routing.feedback(caller, body)

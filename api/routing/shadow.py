@@ -56,7 +56,7 @@ class ShadowRunner:
         if ticket is None:
             self.metrics.shadows.labels(label, "skipped").inc()
             return
-        route.finished = asyncio.get_running_loop().create_future()
+        route.tap.finished = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(self._run(route, calls, cache_salt, ticket))
         self._running[task] = False
         task.add_done_callback(lambda done: self._running.pop(done, None))
@@ -80,11 +80,12 @@ class ShadowRunner:
             logger.exception("shadow of %s on %s failed", calls[0].request_id, shadow.id)
             self.metrics.shadows.labels(label, "failed").inc()
             return
-        await asyncio.wait({route.finished})
-        if route.finished.cancelled():  # the primary did not run to its end: nothing to compare with
+        finished = route.tap.finished
+        await asyncio.wait({finished})
+        if finished.cancelled():  # the primary did not run to its end: nothing to compare with
             self.metrics.shadows.labels(label, "unmatched").inc()
             return
-        primary = route.finished.result()
+        primary = finished.result()
         choices = sorted(set(primary) | set(output))
         exact = all(primary.get(i, []) == output.get(i, []) for i in choices)
         overlap = sum(token_overlap(primary.get(i, []), output.get(i, [])) for i in choices) / max(1, len(choices))

@@ -1,10 +1,10 @@
 """The routing step: which adapter version serves a request, and what serves it when that version cannot.
 
 Between resolving `model` and admitting the request, `decide` applies the name's active rollout (only to a bare
-NAME; `NAME@V` and `NAME:ALIAS` pin) and builds the fallback chain; after admission, `enter` brings the first
-version of the chain that its circuit breaker lets through and that loads within the deadline into the engine.
-Every finished request comes back through `observe`, which feeds the breakers, records the arm's outcome and
-rolls the rollout back when its guard is breached.
+NAME; `NAME@V` and `NAME:ALIAS` pin) and builds the fallback chain, a frozen `Route`; after admission the load
+step (`api.routing.landing`) brings the first option that can serve into the engine and reports its `Landing`
+here. Every finished request comes back through `observe`, which feeds the breakers, records the arm's outcome
+and rolls the rollout back when its guard is breached.
 
 Active rollouts and fallback chains are read from the registry index at most every `rollout_refresh_s`, so the
 per-request cost is a dictionary lookup and two hashes; a change made by the CLI or another server is seen
@@ -20,15 +20,11 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from adapters.identity import LocatedAdapter
 from adapters.index import VersionNotFound
 from adapters.manifest import Manifest
 from adapters.registry import Registry
 from adapters.rollouts import CANDIDATE_ARM, ArmOutcome, FallbackChain, Rollout, RolloutStore
-from api.errors import OpenAIError
-from api.generation.accounting import RequestAccount
-from api.generation.adapter_loading import AdapterLoader, AdapterLoadFailed
-from api.generation.resolve import ServedModel, Visibility
+from api.generation.resolve import Resolved, ServedModel, Visibility
 from api.observability.outcome import RequestOutcome
 from api.routing.breaker import Breakers
 from api.routing.config import RoutingConfig
@@ -41,12 +37,22 @@ from engine.types import ChoiceDelta
 logger = logging.getLogger(__name__)
 
 ROUTE_HEADER = "x-loraplex-route"
-FALLBACK_HEADER = "x-loraplex-fallback"
 
 
 @dataclass
+class PrimaryTap:
+    """The primary's output as it streams (`TrafficRouter.tap`), for its shadow's comparison and the A/B readout's
+    mean log-probability."""
+
+    output: dict[int, list[int]] = field(default_factory=dict)  # choice -> token ids
+    logprob_sum: float = 0.0
+    logprob_count: int = 0
+    finished: asyncio.Future | None = None  # set by a started shadow; resolves with `output` at the primary's end
+
+
+@dataclass(frozen=True)
 class Route:
-    """What the routing step decided for one request, and what happened to it."""
+    """What the routing step decided for one request."""
 
     policy: str  # canary, ab (a sticky rollout), direct (a bare NAME or the base model), pinned
     primary: ServedModel
@@ -54,13 +60,7 @@ class Route:
     rollout: Rollout | None = None
     arm: str | None = None
     shadow: ServedModel | None = None  # the candidate, when this request is copied to it
-    served: ServedModel | None = None  # set by `enter`
-    fallback: str | None = None  # why the primary did not serve, when it did not
-    primary_failed: int | None = None  # status the primary's load failed with (a candidate's error for its guard)
-    output: dict[int, list[int]] = field(default_factory=dict)  # choice -> token ids, when tapped
-    logprob_sum: float = 0.0
-    logprob_count: int = 0
-    finished: asyncio.Future | None = None  # resolves with `output` when the primary ran to its end
+    tap: PrimaryTap = field(default_factory=PrimaryTap, compare=False)
 
     def header(self) -> str:
         parts = [self.policy]
@@ -70,18 +70,12 @@ class Route:
             parts.append(f"rollout={self.rollout.id}")
         return ";".join(parts)
 
-    def headers(self) -> dict[str, str]:
-        headers = {ROUTE_HEADER: self.header()}
-        if self.fallback is not None and self.served is not None:
-            headers[FALLBACK_HEADER] = f"{self.primary.id};reason={self.fallback};served={self.served.id}"
-        return headers
 
-    def ledger_route(self) -> str:
-        """How the ledger row names the route: the header, plus where a fallback came from."""
-        text = self.header()
-        if self.fallback is not None:
-            text += f";fallback_from={self.primary.id};reason={self.fallback}"
-        return text
+@dataclass
+class _Tracked:
+    route: Route
+    served: ServedModel | None = None  # what the load step brought in (`landed`)
+    primary_failed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -133,13 +127,13 @@ class TrafficRouter:
     def invalidate(self) -> None:
         self._snapshot = None
 
-    def decide(self, model: str, served: ServedModel, tenant: str, user: str | None, request_id: str,
+    def decide(self, resolved: Resolved, tenant: str, user: str | None, request_id: str,
                may_use: Visibility) -> Route:
-        """`model` as the request gave it; `served` what it resolved to."""
+        served = resolved.served
         manifest = served.manifest
         if manifest is None:
             return Route("direct", served)
-        if model != manifest.name:
+        if not resolved.follows_rollouts:
             return self._remember(request_id, Route("pinned", served))
         snap = self.refresh()
         name = manifest.name
@@ -148,21 +142,28 @@ class TrafficRouter:
             return self._remember(request_id, Route("direct", served, self._chain(snap, served, may_use)))
         arm = arm_of(rollout, user, tenant, request_id)
         candidate = self._served(served, name, rollout.candidate_version)
-        route = Route("ab" if rollout.sticky else "canary", served, rollout=rollout, arm=arm)
+        policy = "ab" if rollout.sticky else "canary"
         if arm == CANDIDATE_ARM and candidate is not None:
-            route.primary, route.chain = candidate, (served, *self._base(served, snap, may_use))
+            route = Route(policy, candidate, (served, *self._base(served, snap, may_use)), rollout, arm)
         else:
-            route.chain = self._chain(snap, served, may_use)
-            if candidate is not None and shadows(rollout, arm, request_id):
-                route.shadow = candidate
+            shadow = candidate if candidate is not None and shadows(rollout, arm, request_id) else None
+            route = Route(policy, served, self._chain(snap, served, may_use), rollout, arm, shadow)
         self.metrics.routed.labels(self.metrics.label(name), arm).inc()
         return self._remember(request_id, route)
 
     def _remember(self, request_id: str, route: Route) -> Route:
         """Until `observe` reads the request's outcome (every account is closed, so every entry leaves)."""
         with self._lock:
-            self._routes[request_id] = route
+            self._routes[request_id] = _Tracked(route)
         return route
+
+    def landed(self, request_id: str, served: ServedModel, primary_failed: int | None) -> None:
+        """What the load step brought in for the request (its outcome feeds that version's breaker), and the status
+        a candidate that could not serve counts as (`api.routing.landing.Landing`)."""
+        with self._lock:
+            tracked = self._routes.get(request_id)
+            if tracked is not None:
+                tracked.served, tracked.primary_failed = served, primary_failed
 
     def _chain(self, snap: _Snapshot, served: ServedModel, may_use: Visibility) -> tuple[ServedModel, ...]:
         chain = []
@@ -192,67 +193,25 @@ class TrafficRouter:
             self._manifests[key] = manifest
         return ServedModel(like.base_model_id, manifest)
 
-    # Enter
-
-    async def enter(self, route: Route, loader: AdapterLoader, account: RequestAccount) -> LocatedAdapter | None:
-        """Loads the first version of [primary, *chain] that can serve; sets `route.served`. 503 when none can."""
-        options = (route.primary, *route.chain)
-        for i, served in enumerate(options):
-            last = i == len(options) - 1
-            breaker = self.breakers.of(served.id) if served.manifest is not None else None
-            if breaker is not None and not breaker.allow():
-                if last:
-                    raise OpenAIError(503, f"{served.id} is not serving right now (its circuit breaker is open) "
-                                      "and no fallback is configured.", code="breaker_open")
-                self._fell_back(route, served, "breaker_open", 503)
-                continue
-            try:
-                adapter = await asyncio.wait_for(loader.enter(served, account), self.config.adapter_load_deadline_s)
-            except (AdapterLoadFailed, asyncio.TimeoutError) as e:
-                if breaker is not None:
-                    breaker.failure()
-                if last:
-                    if isinstance(e, asyncio.TimeoutError):
-                        raise OpenAIError(503, f"Adapter {served.id} did not load within "
-                                          f"{self.config.adapter_load_deadline_s:g}s.",
-                                          code="adapter_load_timeout") from e
-                    raise e.http() from e
-                self._fell_back(route, served, "load_timeout" if isinstance(e, asyncio.TimeoutError) else "load_failed",
-                                e.status if isinstance(e, AdapterLoadFailed) else 503)
-                continue
-            except BaseException:  # cancelled (the client left) or unforeseen: no verdict on the version
-                if breaker is not None:
-                    breaker.abandon()
-                raise
-            route.served = served
-            return adapter
-        raise AssertionError("unreachable: the last option raises")
-
-    def _fell_back(self, route: Route, served: ServedModel, reason: str, status: int) -> None:
-        if route.fallback is None:
-            route.fallback = reason
-            if route.arm == CANDIDATE_ARM:
-                route.primary_failed = status
-        self.metrics.fallbacks.labels(self.metrics.label(served.id), reason).inc()
-        logger.warning("%s could not serve (%s); trying the next in its fallback chain", served.id, reason)
-
     # The primary's output, for shadows and A/B logprobs
 
     async def tap(self, route: Route, deltas: AsyncIterator[ChoiceDelta]) -> AsyncIterator[ChoiceDelta]:
-        """Passes the deltas through, keeping the token ids and logprobs; resolves `route.finished` at the end."""
+        """Passes the deltas through, keeping the token ids and logprobs in `route.tap`; resolves its `finished`
+        at the end."""
+        tap = route.tap
         try:
             async for delta in deltas:
-                route.output.setdefault(delta.index, []).extend(delta.token_ids)
+                tap.output.setdefault(delta.index, []).extend(delta.token_ids)
                 for position in delta.logprobs or ():
-                    route.logprob_sum += position.chosen.logprob
-                    route.logprob_count += 1
+                    tap.logprob_sum += position.chosen.logprob
+                    tap.logprob_count += 1
                 yield delta
         except BaseException:
-            if route.finished is not None and not route.finished.done():
-                route.finished.cancel()
+            if tap.finished is not None and not tap.finished.done():
+                tap.finished.cancel()
             raise
-        if route.finished is not None and not route.finished.done():
-            route.finished.set_result(route.output)
+        if tap.finished is not None and not tap.finished.done():
+            tap.finished.set_result(tap.output)
 
     # Observe
 
@@ -260,19 +219,22 @@ class TrafficRouter:
         """Reads one finished request (in the accounts' worker thread): breakers, arm outcome, guard. Batch
         lines feed the breakers only: rollout comparisons and guards are about live traffic."""
         with self._lock:
-            route = self._routes.pop(outcome.attempt_id or outcome.request_id, None)
-        if route is None:
+            tracked = self._routes.pop(outcome.attempt_id or outcome.request_id, None)
+        if tracked is None:
             return
-        if route.finished is not None and not route.finished.done():
-            route.finished.get_loop().call_soon_threadsafe(_cancel, route.finished)
-        self._feed_breaker(route.served, outcome.status)
+        route, tap = tracked.route, tracked.route.tap
+        if tap.finished is not None and not tap.finished.done():
+            tap.finished.get_loop().call_soon_threadsafe(_cancel, tap.finished)
+        if tracked.served is not None:
+            self._feed_breaker(tracked.served, outcome.status)
         rollout = route.rollout
         if rollout is None or outcome.priority == BATCH_PRIORITY:
             return
-        status = route.primary_failed or outcome.status
-        ttft = None if route.primary_failed else outcome.ttft_seconds
-        tpot = None if route.primary_failed else outcome.tpot_seconds
-        logprob = route.logprob_sum / route.logprob_count if route.logprob_count else None
+        primary_failed = tracked.primary_failed
+        status = primary_failed or outcome.status
+        ttft = None if primary_failed else outcome.ttft_seconds
+        tpot = None if primary_failed else outcome.tpot_seconds
+        logprob = tap.logprob_sum / tap.logprob_count if tap.logprob_count else None
         try:
             self.store.record([ArmOutcome(outcome.request_id, rollout.id, route.arm, outcome.tenant, status, ttft,
                                           tpot, outcome.completion_tokens, outcome.cost_usd, logprob,
@@ -282,8 +244,8 @@ class TrafficRouter:
         if route.arm == CANDIDATE_ARM:
             self._judge(rollout, status, ttft)
 
-    def _feed_breaker(self, served: ServedModel | None, status: int) -> None:
-        if served is None or served.manifest is None:
+    def _feed_breaker(self, served: ServedModel, status: int) -> None:
+        if served.manifest is None:
             return
         breaker = self.breakers.of(served.id)
         if status in (500, 504):

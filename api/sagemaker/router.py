@@ -28,7 +28,7 @@ async def invocations(request: Request) -> Response:
     server = request.app.state.server
 
     async def parse() -> tuple[BaseModel, GenerationService]:
-        payload = await read_json_object(request, server.input_limits.max_json_depth)
+        payload = await read_json_object(request, server.config.input_limits.max_json_depth)
         return server.sagemaker.request_of(payload, request.headers.get(CUSTOM_ATTRIBUTES_HEADER))
 
     return await run_generation(request, parse)

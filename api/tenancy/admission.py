@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from api.tenancy.adapter_slots import AdapterSlots
+from api.tenancy.config import AdmissionConfig
 from api.tenancy.fair_queue import Entry, FairQueue
 
 _EPS = 1e-9  # shares are fractions of slots; compare them with slot counts with this much slack
@@ -87,6 +88,16 @@ class FairAdmission:
     """
 
     _HOLD_SMOOTHING = 0.2
+
+    @classmethod
+    def from_config(cls, config: AdmissionConfig, max_running: int,
+                    adapters: AdapterSlots | None = None) -> FairAdmission:
+        """The tenants file's admission section; `max_running` is the size it resolves to
+        (`LoraplexConfig.admission_size`)."""
+        return cls(max_running, config.max_queued, reserve_window_s=config.reserve_window_s,
+                   max_queued_per_tenant=config.max_queued_per_tenant, max_queue_wait_s=config.max_queue_wait_s,
+                   max_background_with_live=config.max_batch_running_with_live,
+                   background_quiet_s=config.batch_quiet_s, adapters=adapters)
 
     def __init__(self, max_running: int, max_queued: int, clock: Callable[[], float] = time.monotonic,
                  reserve_window_s: float = 0.0, max_queued_per_tenant: int | None = None,

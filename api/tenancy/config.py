@@ -73,8 +73,9 @@ class PricingConfig(_Strict):
 class AdmissionConfig(_Strict):
     """Bounded, fair waiting in front of the engine."""
 
-    max_running: int = Field(default=32, gt=0, description="Sequences handed to the engine at once (a request "
-                             "runs prompts x n sequences).")
+    max_running: int | None = Field(default=None, gt=0, description="Sequences handed to the engine at once (a "
+                                    "request runs prompts x n sequences); default: the engine's batch size "
+                                    "(--max-num-seqs), times the most replicas in scale-out mode.")
     max_queued: int = Field(default=256, ge=0,
                             description="Requests waiting for an engine slot, all tenants together.")
     max_queued_per_tenant: int = Field(default=64, ge=0,

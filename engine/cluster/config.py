@@ -53,6 +53,11 @@ class ClusterConfig(BaseModel):
     def enabled(self) -> bool:
         return self.replicas is not None
 
+    @property
+    def most_replicas(self) -> int | None:
+        """The most replicas there may be at once (None: no replicas, one engine in process)."""
+        return self.max_replicas if self.autoscale else self.replicas
+
     @model_validator(mode="after")
     def _cross_field(self) -> ClusterConfig:
         problems = []

@@ -12,8 +12,10 @@ from adapters.base_model import base_model_spec
 from adapters.registry import Registry, RegistryConfig
 from api.app import create_app
 from api.batch.config import BatchConfig
-from api.server import ServingOptions, build_server
+from api.config import LoraplexConfig, ServingOptions
+from api.server.build import build_server
 from api.tenancy.config import TenancyConfig
+from engine.config import EngineConfig
 from engine.types import ChoiceDelta, EngineError, EngineLoad, PositionLogprobs, TokenLogprob
 
 
@@ -99,17 +101,18 @@ def fake_engine(small_tokenizer):
 @pytest.fixture
 def make_fake_server(fake_engine, demo_assets, tmp_path):
     """The real server parts around the fake engine: an empty registry, the open tenant, a fresh ledger;
-    `options` (a dict) sets ServingOptions fields, other keyword arguments go to `build_server`."""
+    `options` (a dict) sets ServingOptions fields, other keyword arguments are `LoraplexConfig` sections."""
 
-    def make(**kwargs):
+    def make(options: dict | None = None, tracing=None, **sections):
         base = base_model_spec(demo_assets.model_dir)
-        config = RegistryConfig(store_uri=str(tmp_path / "blobs"), index_url=str(tmp_path / "index.sqlite"))
-        registry = Registry.from_config(config, base, max_lora_rank=64)
-        options = ServingOptions(ledger_url=str(tmp_path / "usage.sqlite"), **kwargs.pop("options", {}))
-        kwargs.setdefault("batch_config", BatchConfig(batch_store_path=str(tmp_path / "batches.sqlite"),
-                                                      files_store_uri=str(tmp_path / "files")))
-        tenancy = kwargs.pop("tenancy", TenancyConfig.open_default())
-        return build_server(fake_engine, registry, tenancy, options, None, **kwargs)
+        registry_config = RegistryConfig(store_uri=str(tmp_path / "blobs"), index_url=str(tmp_path / "index.sqlite"))
+        registry = Registry.from_config(registry_config, base, max_lora_rank=64)
+        sections.setdefault("batch", BatchConfig(batch_store_path=str(tmp_path / "batches.sqlite"),
+                                                 files_store_uri=str(tmp_path / "files")))
+        config = LoraplexConfig(engine=EngineConfig(model=str(demo_assets.model_dir)), registry=registry_config,
+                                serving=ServingOptions(ledger_url=str(tmp_path / "usage.sqlite"), **(options or {})),
+                                **sections)
+        return build_server(fake_engine, registry, config, tiers=None, tracing=tracing)
 
     return make
 

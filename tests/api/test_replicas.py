@@ -8,8 +8,11 @@ import redis
 
 from adapters.base_model import base_model_spec
 from adapters.registry import Registry, RegistryConfig
+from api.server import running
 from api.app import create_app
-from api.server import ServingOptions, build_server
+from api.config import LoraplexConfig, ServingOptions
+from api.server.build import build_server
+from engine.config import EngineConfig
 from api.tenancy.config import parse_tenancy_config
 from api.tenancy.keys import hash_key
 from api.tenancy.limits_redis import RedisLimits
@@ -25,10 +28,11 @@ async def test_two_replicas_share_limits_usage_and_adapters(fake_engine, demo_as
     dsn = postgres_server.new_database()
     tenancy = parse_tenancy_config({"tenants": [{"name": "solo", "key_hashes": [hash_key(KEY)], "adapters": ["*"],
                                                  "limits": {"requests_per_minute": 3}}]})
-    options = ServingOptions(limits_url=limits_url, ledger_url=dsn)
-    config = RegistryConfig(store_uri=str(tmp_path / "blobs"), index_url=dsn)
+    registry = RegistryConfig(store_uri=str(tmp_path / "blobs"), index_url=dsn)
+    config = LoraplexConfig(engine=EngineConfig(model=str(demo_assets.model_dir)), registry=registry, tenancy=tenancy,
+                            serving=ServingOptions(limits_url=limits_url, ledger_url=dsn))
     base = base_model_spec(demo_assets.model_dir)
-    replicas = [build_server(fake_engine, Registry.from_config(config, base, max_lora_rank=64), tenancy, options, None)
+    replicas = [build_server(fake_engine, Registry.from_config(registry, base, max_lora_rank=64), config, tiers=None)
                 for _ in range(2)]
     headers = {"Authorization": f"Bearer {KEY}"}
     clients = [httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(s)), base_url="http://fake",
@@ -51,7 +55,7 @@ async def test_two_replicas_share_limits_usage_and_adapters(fake_engine, demo_as
         for client in clients:
             await client.aclose()
         for server in replicas:
-            server.close()
+            running.close(server)
     # Settlements run off the event loop; closing waits for them, so no slot is left held.
     observer = RedisLimits(limits_url, {"solo": tenancy.tenant("solo").limits})
     try:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from api.server import ServingOptions
+from api.config import ServingOptions
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"

@@ -150,7 +150,7 @@ def test_bad_lines_are_reported_with_their_line_numbers(served):
 
 def test_no_line_is_taken_while_admission_would_not_start_it(served):
     server, url = served
-    runner = server.batch_runner
+    runner = server.batches.runner
     asked = threading.Semaphore(0)
 
     def closed() -> bool:  # as admission answers while live requests run, or in its quiet period after them
@@ -204,7 +204,7 @@ def test_a_batch_past_its_window_expires_with_what_it_finished(served, fake_engi
         file=("in.jsonl", jsonl(*(chat_line(f"r{i}") for i in range(300)))), purpose="batch").id,
         endpoint="/v1/chat/completions", completion_window="1s")
     deadline = time.monotonic() + 60
-    while server.batch_runner.store.counts(batch.id)["expired"] == 0:  # the window closed the lines not started
+    while server.batches.runner.store.counts(batch.id)["expired"] == 0:  # the window closed the lines not started
         assert time.monotonic() < deadline, "the window never closed"
         time.sleep(0.1)
     fake_engine.hold.set()  # the lines in flight finish
@@ -278,14 +278,14 @@ def test_sigterm_stops_running_lines_at_once_and_leaves_them_pending(make_fake_s
             file=("in.jsonl", jsonl(*(chat_line(f"r{i}") for i in range(40)))), purpose="batch").id,
             endpoint="/v1/chat/completions", completion_window="24h")
         deadline = time.monotonic() + 10
-        while server.batch_runner.running_lines == 0 or fake_engine.requests == []:
+        while server.batches.runner.running_lines == 0 or fake_engine.requests == []:
             assert time.monotonic() < deadline, "no line started"
             time.sleep(0.01)
         started = time.monotonic()
         running.sigterm()
         running.thread.join(10)
         assert not running.thread.is_alive() and time.monotonic() - started < 5, "held lines did not hold the drain"
-    with closing(BatchStore(server.batch_config.store_path())) as store:  # the server closed its own
+    with closing(BatchStore(server.config.batch.store_path())) as store:  # the server closed its own
         counts = store.counts(batch.id)
     assert counts == {"pending": 40, "done": 0, "failed": 0, "cancelled": 0,
                                                      "expired": 0}

@@ -9,7 +9,6 @@ import threading
 import httpx
 
 from api.app import create_app
-from api.server import build_server
 from api.tenancy.config import parse_tenancy_config
 from api.tenancy.keys import hash_key
 from api.tenancy.limits_backend import LimitsUnavailable
@@ -22,8 +21,7 @@ BODY = {"model": "fake-base", "prompt": "x", "max_tokens": 4}
 def test_max_concurrent_refuses_while_a_stream_holds_the_slot(make_fake_server, fake_engine):
     tenancy = parse_tenancy_config({"tenants": [
         {"name": "solo", "key_hashes": [hash_key(KEY)], "adapters": ["*"], "limits": {"max_concurrent": 1}}]})
-    base = make_fake_server()
-    server = build_server(fake_engine, base.registry, tenancy, base.options, None)
+    server = make_fake_server(tenancy=tenancy)
     fake_engine.hold = threading.Event()
     headers = {"Authorization": f"Bearer {KEY}"}
     with RunningServer(create_app(server), server.lifecycle) as running:

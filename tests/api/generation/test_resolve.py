@@ -15,13 +15,19 @@ def resolver(registry_with_poet):
 
 
 def test_base_model(resolver):
-    served = resolver.resolve("base")
+    resolved = resolver.resolve("base")
+    served = resolved.served
     assert (served.id, served.name, served.version, served.identity) == ("base", "base", "", None)
+    assert (resolved.kind, resolved.follows_rollouts) == ("base", False)
 
 
-@pytest.mark.parametrize("model", ["poet", "poet@1", "poet:stable"])
-def test_adapter_references_name_the_version_that_serves(resolver, registry_with_poet, model):
-    served = resolver.resolve(model)
+@pytest.mark.parametrize(("model", "kind", "follows_rollouts"), [
+    ("poet", "name", True), ("poet@1", "version", False), ("poet:stable", "alias", False)])
+def test_adapter_references_name_the_version_that_serves(resolver, registry_with_poet, model, kind,
+                                                         follows_rollouts):
+    resolved = resolver.resolve(model)
+    assert (resolved.kind, resolved.follows_rollouts, str(resolved.ref)) == (kind, follows_rollouts, model)
+    served = resolved.served
     manifest = registry_with_poet.resolve(parse_model_ref("poet@1"))
     assert served == ServedModel("base", manifest)
     assert (served.id, served.name, served.version) == ("poet@1", "poet", "1")

@@ -6,7 +6,9 @@ import pytest
 from adapters.base_model import base_model_spec
 from adapters.registry import Registry, RegistryConfig
 from api.app import create_app
-from api.server import ServingOptions, build_server
+from api.config import LoraplexConfig, ServingOptions
+from api.server.build import build_server
+from engine.config import EngineConfig
 from api.tenancy.config import TenancyConfig
 from api.tenancy.keys import generate_key, hash_key
 
@@ -46,10 +48,12 @@ def graph_tenancy(keys: dict[str, str], virtual_models: dict) -> TenancyConfig:
 
 
 @pytest.fixture
-def graph_server(fake_engine, graph_registry, graph_keys, tmp_path):
+def graph_server(fake_engine, graph_registry, graph_keys, demo_assets, tmp_path):
     tenants = tmp_path / "tenants.yaml"
-    options = ServingOptions(ledger_url=str(tmp_path / "usage.sqlite"), config=str(tenants))
-    return build_server(fake_engine, graph_registry, graph_tenancy(graph_keys, VIRTUAL_MODELS), options, None)
+    config = LoraplexConfig(engine=EngineConfig(model=str(demo_assets.model_dir)),
+                            serving=ServingOptions(ledger_url=str(tmp_path / "usage.sqlite"), config=str(tenants)),
+                            tenancy=graph_tenancy(graph_keys, VIRTUAL_MODELS))
+    return build_server(fake_engine, graph_registry, config, tiers=None)
 
 
 @pytest.fixture

@@ -9,7 +9,9 @@ import pytest
 import yaml
 
 from api.generation.virtual_model_table import GraphError
-from api.server import ServingOptions, build_server
+from api.config import LoraplexConfig, ServingOptions
+from api.server.build import build_server
+from engine.config import EngineConfig
 from tests.api.graphs.conftest import graph_tenancy, tenancy_data
 
 
@@ -110,18 +112,20 @@ async def test_models_list_only_what_a_tenant_may_run(graph_client, graph_keys):
     assert allowed.status_code == 200
 
 
-def test_bad_graph_refused_at_start_with_every_problem(fake_engine, graph_registry, graph_keys, tmp_path):
+def test_bad_graph_refused_at_start_with_every_problem(fake_engine, graph_registry, graph_keys, demo_assets,
+                                                      tmp_path):
     models = {"poet": {"ensemble": {"members": ["sql-helper", "nope"]}},
               "a": {"ensemble": {"members": ["b", "poet@7"]}}, "b": {"ensemble": {"members": ["a", "poet"]}}}
     with pytest.raises(GraphError) as caught:
-        build_server(fake_engine, graph_registry, graph_tenancy(graph_keys, models),
-                     ServingOptions(ledger_url=str(tmp_path / "u.sqlite")), None)
+        build_server(fake_engine, graph_registry, LoraplexConfig(
+            engine=EngineConfig(model=str(demo_assets.model_dir)), tenancy=graph_tenancy(graph_keys, models),
+            serving=ServingOptions(ledger_url=str(tmp_path / "u.sqlite"))), tiers=None)
     assert [p.split(":")[0] for p in caught.value.problems] == [
         "virtual_models.poet", "virtual_models.poet.ensemble[1]", "virtual_models.a.ensemble[1]", "virtual_models"]
 
 
 async def test_reload_swaps_whole_or_not_at_all(graph_client, graph_server, graph_keys):
-    tenants = graph_server.options.config
+    tenants = graph_server.config.serving.config
     refused = await graph_client.post("/v1/virtual-models/reload", headers=auth(graph_keys["all"]))
     assert refused.status_code == 403
     new = {"pair": {"cascade": {"stages": ["poet", "sql-helper"], "escalate_when": {"mean_logprob_below": -1}}}}

@@ -52,7 +52,7 @@ def receiver():
 def served(make_fake_server, tmp_path, receiver):
     config = BatchConfig(batch_store_path=str(tmp_path / "batches.sqlite"), files_store_uri=str(tmp_path / "files"),
                          async_result_ttl_s=1.0, async_webhook_prefixes=f"{receiver.url},http://example.invalid/")
-    server = make_fake_server(batch_config=config)
+    server = make_fake_server(batch=config)
     with RunningServer(create_app(server), server.lifecycle) as running:
         yield server, running.url
 

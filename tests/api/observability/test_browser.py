@@ -52,7 +52,7 @@ def fixed_data(outcome) -> bytes:
                       "shadow": {"completed": 4, "exact_match_rate": 0.75}}],
         "breakers": {"sql@2": "open"},
     }
-    data["replicas"] = {  # the shape of api/server.py Server.dashboard_data in scale-out mode
+    data["replicas"] = {  # the shape of api/server/dashboard.py Dashboard.data in scale-out mode
         "r-b": {"residency": {"engine": [], "cpu": ["sql@1"]}, "ongoing": 0, "running": 0, "waiting": 0,
                 "requests": 7},
         "r-a": {"residency": {"engine": ["support@3", "sql@1"], "cpu": ["support@3", "sql@1"]}, "ongoing": 3,

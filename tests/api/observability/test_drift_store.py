@@ -1,3 +1,4 @@
+from api.server import running
 from api.observability.drift import DriftConfig, DriftMonitor, DriftSample, WindowState
 from api.observability.drift_store import DriftStore
 
@@ -34,7 +35,7 @@ def test_windows_survive_a_server_restart(make_fake_server):
     for prompt in (5, 5, 50):
         first.drift.record("poet", "1", sample(prompt))
     before = first.drift.export()
-    first.close()
+    running.close(first)
     second = make_fake_server()
     assert second.drift.export() == before
-    second.close()
+    running.close(second)

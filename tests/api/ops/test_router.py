@@ -6,7 +6,6 @@ import httpx
 import pytest
 
 from api.app import create_app
-from api.server import build_server
 from api.tenancy.config import parse_tenancy_config
 from api.tenancy.keys import hash_key
 
@@ -19,8 +18,7 @@ async def guarded_client(make_fake_server, fake_engine, tmp_path):
         "admin_key_hashes": [hash_key(ADMIN)], "metrics_key_hashes": [hash_key(METRICS)],
         "tenants": [{"name": "acme", "key_hashes": [hash_key(TENANT)], "adapters": ["*"]}],
     })
-    base = make_fake_server()
-    server = build_server(fake_engine, base.registry, tenancy, base.options, None)
+    server = make_fake_server(tenancy=tenancy)
     transport = httpx.ASGITransport(app=create_app(server))
     async with httpx.AsyncClient(transport=transport, base_url="http://fake") as client:
         yield client

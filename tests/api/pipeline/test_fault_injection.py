@@ -47,7 +47,7 @@ def _inject(server, fake_engine, monkeypatch, point: str, error: BaseException) 
     elif point == "admission":
         monkeypatch.setattr(p.admission.queue, "acquire", async_)
     elif point == "adapter":
-        monkeypatch.setattr(p.loader, "enter", async_)
+        monkeypatch.setattr(p.loading.loader, "enter", async_)
     elif point == "engine-start":
         fake_engine.fail_after, fake_engine.fail_with = 0, error
     elif point == "engine-mid-stream":
@@ -78,7 +78,7 @@ def taken(server) -> dict[str, float]:
         "draining_count": server.lifecycle.in_flight,
         "admission_slots": p.admission.queue.running,
         "admission_queued": len(p.admission.queue._queue),
-        "tenant_slots": sum(p.limits.backend.running(t.name) for t in server.tenancy.tenants),
+        "tenant_slots": sum(p.limits.backend.running(t.name) for t in server.config.tenancy.tenants),
     }
 
 

@@ -13,10 +13,12 @@ from adapters.rollouts import FallbackChain, RolloutGuard, RolloutStore
 from api.errors import OpenAIError
 from api.generation.adapter_loading import AdapterLoadFailed
 from api.generation.accounting import OutcomeSink, RequestAccount
-from api.generation.resolve import ServedModel, everything
+from adapters.identity import parse_model_ref
+from api.generation.resolve import Resolved, ServedModel, everything
 from api.routing.config import RoutingConfig
 from api.routing.metrics import RoutingMetrics
-from api.routing.traffic import FALLBACK_HEADER, ROUTE_HEADER, TrafficRouter
+from api.routing.landing import FALLBACK_HEADER, FallbackLoader
+from api.routing.traffic import ROUTE_HEADER, TrafficRouter
 from api.tenancy.config import BATCH_PRIORITY
 from tests.adapters.test_index import push
 
@@ -65,6 +67,18 @@ def served(index, version: int | None) -> ServedModel:
     return ServedModel(BASE, None if version is None else index.get("a", version))
 
 
+def resolved(index, model: str, version: int | None) -> Resolved:
+    """`model` as a request names it, resolved to version `version` of adapter a (None: the base model)."""
+    return Resolved(None if model == BASE else parse_model_ref(model), served(index, version))
+
+
+async def load(router, loader, route, request_id: str):
+    """The load step as the pipeline runs it: the landing, reported to the router."""
+    landing = await FallbackLoader(loader, router.breakers, router.metrics, 60.0).load(route, account(request_id))
+    router.landed(request_id, landing.served, landing.primary_failed)
+    return landing
+
+
 def account(request_id: str) -> RequestAccount:
     return RequestAccount(OutcomeSink([]), request_id)
 
@@ -77,23 +91,23 @@ def outcome(account_: RequestAccount, status: int):
 @pytest.mark.parametrize(("model", "version", "policy"), [("a@2", 2, "pinned"), ("a:stable", 2, "pinned"),
                                                          (BASE, None, "direct"), ("a", 2, "direct")])
 def test_without_a_rollout(index, router, model, version, policy):
-    route = router.decide(model, served(index, version), "acme", None, "r1", everything)
+    route = router.decide(resolved(index, model, version), "acme", None, "r1", everything)
     assert route.policy == policy and route.primary.id == served(index, version).id and route.chain == ()
 
 
 def test_a_full_canary_serves_the_candidate_and_falls_back_to_stable(index, store, router):
     rollout = store.start("a", 3, 100)
-    route = router.decide("a", served(index, 2), "acme", None, "r1", everything)
+    route = router.decide(resolved(index, "a", 2), "acme", None, "r1", everything)
     assert (route.policy, route.arm, route.primary.id, [s.id for s in route.chain]) == ("canary", "candidate", "a@3",
                                                                                          ["a@2"])
-    assert route.headers() == {ROUTE_HEADER: f"canary;arm=candidate;rollout={rollout.id}"}
-    pinned = router.decide("a@3", served(index, 3), "acme", None, "r2", everything)
+    assert route.header() == f"canary;arm=candidate;rollout={rollout.id}"
+    pinned = router.decide(resolved(index, "a@3", 3), "acme", None, "r2", everything)
     assert pinned.policy == "pinned" and pinned.rollout is None
 
 
 def test_sticky_zero_percent_with_a_full_shadow(index, store, router):
     store.start("a", 3, 0, sticky=True, shadow_percent=100)
-    route = router.decide("a", served(index, 2), "acme", "alice", "r1", everything)
+    route = router.decide(resolved(index, "a", 2), "acme", "alice", "r1", everything)
     assert (route.policy, route.arm, route.primary.id, route.shadow.id) == ("ab", "stable", "a@2", "a@3")
 
 
@@ -102,12 +116,13 @@ async def test_a_failing_candidate_falls_back_then_its_breaker_opens(index, stor
     loader = Loader()
     loader.failing = {"a@3"}
     for i in range(3):
-        route = router.decide("a", served(index, 2), "acme", None, f"r{i}", everything)
-        await router.enter(route, loader, account(f"r{i}"))
-        assert route.served.id == "a@2"
+        route = router.decide(resolved(index, "a", 2), "acme", None, f"r{i}", everything)
+        landing = await load(router, loader, route, f"r{i}")
+        assert landing.served.id == "a@2"
         reason = "load_failed" if i < 2 else "breaker_open"
-        assert route.headers()[FALLBACK_HEADER] == f"a@3;reason={reason};served=a@2"
-        assert route.ledger_route().endswith(f"fallback_from=a@3;reason={reason}")
+        assert landing.headers() == {ROUTE_HEADER: route.header(),
+                                     FALLBACK_HEADER: f"a@3;reason={reason};served=a@2"}
+        assert landing.ledger_route().endswith(f"fallback_from=a@3;reason={reason}")
     assert loader.asked == ["a@3", "a@2", "a@3", "a@2", "a@2"]  # the open breaker spared the third load
     assert router.breakers.of("a@3").state.name == "OPEN"
 
@@ -115,9 +130,9 @@ async def test_a_failing_candidate_falls_back_then_its_breaker_opens(index, stor
 async def test_no_fallback_configured_means_503(index, router):
     loader = Loader()
     loader.failing = {"a@2"}
-    route = router.decide("a", served(index, 2), "acme", None, "r1", everything)
+    route = router.decide(resolved(index, "a", 2), "acme", None, "r1", everything)
     with pytest.raises(OpenAIError) as e:
-        await router.enter(route, loader, account("r1"))
+        await load(router, loader, route, "r1")
     assert e.value.status == 503
     await asyncio.sleep(0)
 
@@ -132,41 +147,40 @@ async def test_configured_chains(index, store, router, chain, may_use_base, expe
     store.set_fallback("a", chain)
     index.set_alias("a", "stable", 1)
     index.set_alias("a", "stable", 2)
-    route = router.decide("a", served(index, 2), "acme", None, "r1", lambda name: name is not None or may_use_base)
+    route = router.decide(resolved(index, "a", 2), "acme", None, "r1", lambda name: name is not None or may_use_base)
     assert [s.id for s in route.chain] == expected
     loader = Loader()
     loader.failing = {"a@2", "a@1"}
     if expected[-1] == BASE:
-        await router.enter(route, loader, account("r1"))
-        assert route.served.id == BASE
+        assert (await load(router, loader, route, "r1")).served.id == BASE
 
 
 def test_candidate_errors_roll_the_rollout_back(index, store, router):
     store.start("a", 3, 100, guard=RolloutGuard(max_error_rate=0.5, min_requests=4))
     for i in range(4):
-        route = router.decide("a", served(index, 2), "acme", None, f"r{i}", everything)
+        route = router.decide(resolved(index, "a", 2), "acme", None, f"r{i}", everything)
         acc = account(f"r{i}")
-        route.served = route.primary
+        router.landed(f"r{i}", route.primary, None)
         router.observe(outcome(acc, 500 if i % 2 == 0 or i == 3 else 200))
     assert store.active() == {}
     ended = store.latest("a")
     assert ended.state == "rolled_back" and "error rate 75%" in ended.reason
     assert [o.arm for o in store.outcomes(ended.id)] == ["candidate"] * 4
-    route = router.decide("a", served(index, 2), "acme", None, "after", everything)
+    route = router.decide(resolved(index, "a", 2), "acme", None, "after", everything)
     assert route.policy == "direct" and route.primary.id == "a@2"
 
 
 def test_a_candidate_that_fell_back_counts_as_its_error(index, store, router):
     rollout = store.start("a", 3, 100)
-    route = router.decide("a", served(index, 2), "acme", None, "r1", everything)
-    route.served, route.fallback, route.primary_failed = route.chain[0], "load_failed", 503
+    route = router.decide(resolved(index, "a", 2), "acme", None, "r1", everything)
+    router.landed("r1", route.chain[0], 503)  # the candidate's load failed; the chain's stable version served
     router.observe(outcome(account("r1"), 200))
     [row] = store.outcomes(rollout.id)
     assert (row.arm, row.status) == ("candidate", 503)
 
 
 def test_routes_are_forgotten_once_observed(index, router):
-    router.decide("a", served(index, 2), "acme", None, "r1", everything)
+    router.decide(resolved(index, "a", 2), "acme", None, "r1", everything)
     router.observe(outcome(account("r1"), 200))
     assert router._routes == {}
     router.observe(replace(outcome(account("r1"), 200), request_id="unknown"))  # never routed: ignored
@@ -186,8 +200,8 @@ async def test_a_probe_cancelled_while_loading_lets_the_next_request_probe(index
             await stuck.wait()
 
     loader = Hanging()
-    route = router.decide("a", served(index, 2), "acme", None, "r1", everything)
-    task = asyncio.create_task(router.enter(route, loader, account("r1")))
+    route = router.decide(resolved(index, "a", 2), "acme", None, "r1", everything)
+    task = asyncio.create_task(load(router, loader, route, "r1"))
     await entered.wait()
     assert loader.asked == ["a@2"] and not router.breakers.of("a@2").allow()  # the probe is out
     task.cancel()
@@ -198,10 +212,10 @@ async def test_a_probe_cancelled_while_loading_lets_the_next_request_probe(index
 
 def test_batch_lines_feed_breakers_only_and_keyed_work_is_forgotten_too(index, store, router):
     rollout = store.start("a", 3, 100)
-    router.decide("a", served(index, 2), "acme", None, "line#1", everything)
+    router.decide(resolved(index, "a", 2), "acme", None, "line#1", everything)
     line = account("line#1")
     line.priority, line.billing_key = BATCH_PRIORITY, "batch_1:7"  # as api/generation/request.py marks a line
-    router.decide("a", served(index, 2), "acme", None, "job#1", everything)
+    router.decide(resolved(index, "a", 2), "acme", None, "job#1", everything)
     job = account("job#1")
     job.billing_key = "job_1"
     router.observe(outcome(line, 200))
