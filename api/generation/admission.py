@@ -40,7 +40,7 @@ class EngineAdmission:
         """A batch line's slots: waits, unbounded, for capacity live traffic leaves free. `preempt` is called
         when a live request needs the slots back; the line must then stop (closing its account frees them)."""
         with self.tracing.span("admission.background", tenant=caller.tenant):
-            ticket = await self.queue.acquire_background(caller.tenant, sequences, preempt,
+            ticket = await self.queue.background.acquire(caller.tenant, sequences, preempt,
                                                          adapter=None if adapter is None else adapter.label)
         account.queue_seconds = ticket.queue_seconds
         account.cleanups.append(lambda a: self.queue.release(ticket))

@@ -83,6 +83,11 @@ class BatchLane:
     billing_key: str
     preempt: Callable[[], None] | None = None
 
+    @property
+    def background(self) -> bool:
+        """A batch line: background priority and price. An async job is admitted and priced like live work."""
+        return self.preempt is not None
+
 
 @dataclass(frozen=True)
 class Pipeline:
@@ -191,7 +196,8 @@ class GenerationService(ABC, Generic[Req]):
             tenant_cap = p.tenancy.tenant(caller.tenant).limits.max_tokens
             prepared = Prepared(await self.prepare(req, response_id, tenant_cap))
             limit_param = req.output_limit().param
-            if lane is None or lane.preempt is None:
+            background = lane is not None and lane.background
+            if not background:
                 limit_headers = await p.limits.admit(caller, prepared.reserve_tokens, prepared.sequences,
                                                      limit_param, account)
                 await p.admission.enter(caller, prepared.sequences, account, route.primary.manifest)
@@ -213,7 +219,7 @@ class GenerationService(ABC, Generic[Req]):
             calls = run_calls(self.engine, landing.adapter, prepared.calls, account, cache_salt)
             if route.rollout is not None:
                 calls = p.router.tap(route, calls)
-            if p.drift is not None and (lane is None or lane.preempt is None):  # batch lines are not live traffic
+            if p.drift is not None and not background:  # batch lines are not live traffic
                 calls = watched(calls, p.drift, served.name, served.version,
                                 [(c.choice_offset, len(c.prompt_token_ids)) for c in prepared.calls])
             deltas = traced(calls, p.tracing, "engine.generate", model=served.id, tenant=caller.tenant,
@@ -232,7 +238,7 @@ class GenerationService(ABC, Generic[Req]):
 
     def _as_batch_line(self, account: RequestAccount, lane: BatchLane) -> None:
         account.billing_key = lane.billing_key
-        if lane.preempt is None:
+        if not lane.background:
             return
         full_price = account.price_of
         discount = self.pipeline.prices.batch_discount(account.tenant)

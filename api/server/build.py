@@ -210,7 +210,7 @@ def _queued_work(config: LoraplexConfig, chat: ChatService, completion: Completi
     store = BatchStore(config.batch.store_path())
     blobs = FileBlobs(open_store(config.batch.files_uri()))
     batch_runner = BatchRunner(store, blobs, endpoints, config.tenancy, config.batch, lambda: lifecycle.draining,
-                               lambda: queue.background_may_start(1))
+                               lambda: queue.background.may_start(1))
     job_runner = JobRunner(store, endpoints, config.batch)
     lifecycle.on_drain += [batch_runner.stop_all, job_runner.stop_all]
     return _QueuedWork(BatchService(store, blobs, batch_runner, config.batch),

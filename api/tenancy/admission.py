@@ -1,8 +1,10 @@
 """Fair admission in front of the engine: a bounded number of running requests, the rest wait their turn.
 
-The order is start-time fair queueing across tenants (`FairQueue`); which tenants may start is decided here
-(free slots, fair shares and claims), and, with `AdapterSlots`, which of a tenant's waiting requests starts in
-its turn (the adapters the engine can run together).
+`FairAdmission` holds the slot count and schedules live requests: the order is start-time fair queueing across
+tenants (`FairQueue`); which tenants may start is decided here (free slots, fair shares and claims), and, with
+`AdapterSlots`, which of a tenant's waiting requests starts in its turn (the adapters the engine can run
+together). Idle slots for shadows are live tickets of their own pseudo-tenant (`try_acquire_idle`). Batch lines
+go through its `background` lane (`api.tenancy.background_lane`, whose notes are the contract between the two).
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from api.tenancy.adapter_slots import AdapterSlots
+from api.tenancy.background_lane import BackgroundLane
 from api.tenancy.config import AdmissionConfig
 from api.tenancy.fair_queue import Entry, FairQueue
+from api.tenancy.ticket import Ticket
 
 _EPS = 1e-9  # shares are fractions of slots; compare them with slot counts with this much slack
 
@@ -28,23 +32,6 @@ class QueueFull(Exception):
         super().__init__(f"The server is overloaded: {queued} requests are already waiting. "
                          "Please retry after a short wait.")
         self.retry_after_s = retry_after_s
-
-
-@dataclass
-class Ticket:
-    """Engine slots (one per sequence), held from grant to `FairAdmission.release`."""
-
-    tenant: str
-    slots: int = 1
-    adapter: str | None = None  # the adapter's label; None: the base model
-    enqueued_at: float = 0.0
-    queue_seconds: float = 0.0
-    granted_at: float = 0.0
-    released: bool = False
-    # A batch line's ticket: runs only on slots live traffic leaves free; `preempt` makes its holder give it back.
-    background: bool = False
-    preempt: Callable[[], None] | None = None
-    preempted: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,7 +59,7 @@ class FairAdmission:
     at a time has no claim between requests; its next request is still first in line for the next free slot.
     `reserve_window_s` 0 turns claims off (plain work-conserving fair queueing).
 
-    Background tickets (batch lines, `acquire_background`) take slots only when no live request waits, and
+    Background tickets (batch lines, `background.acquire`) take slots only when no live request waits, and
     while live requests run at most `max_background_with_live` slots in all (0: none, so the engine serves the
     live requests alone). A live request that arrives preempts the background tickets over that allowance, and
     those whose slots it needs, newest first. After live traffic, background tickets wait until no live request
@@ -114,25 +101,33 @@ class FairAdmission:
         self._window = reserve_window_s
         self._queue: FairQueue[tuple[asyncio.Future, Ticket]] = FairQueue()
         self._running: Counter[str] = Counter()
-        self._total_running = 0
+        self._live_running = 0  # slots of live tickets (shadows' idle ones included)
         self._weights: dict[str, float] = {}
         self._peaks: dict[str, tuple[int, float]] = {}  # tenant -> (peak running + queued, when it was reached)
         self._wake: asyncio.TimerHandle | None = None
         self._mean_hold_s = 1.0
         self._reserving = False  # free slots are held for a waiter that needs more of them
         self._wait_listeners: list[Callable[[], None]] = []
-        self.max_background_with_live = max_background_with_live
-        self.background_quiet_s = background_quiet_s
         self._last_live = -math.inf  # when a live request last ran (clock)
-        self._quiet_wake: asyncio.TimerHandle | None = None
-        self._background: list[Ticket] = []  # granted, in grant order
-        self._background_slots = 0
-        self._background_waiters: list[asyncio.Future] = []
         self.adapters = adapters
+        self.background = BackgroundLane(self, max_background_with_live, background_quiet_s, clock, adapters)
 
     @property
     def running(self) -> int:
-        return self._total_running
+        return self._live_running + self.background.held
+
+    # The lane's view of the live side (`background_lane.LiveSide`)
+
+    def live_blocked(self) -> bool:
+        return bool(self._queue) or self._reserving
+
+    def live_slots(self) -> int:
+        return self._live_running
+
+    def last_live(self) -> float:
+        return self._last_live
+
+    # Live requests
 
     async def acquire(self, tenant: str, weight: float, slots: int = 1, adapter: str | None = None,
                       on_wait: Callable[[], None] | None = None) -> Ticket:
@@ -142,9 +137,9 @@ class FairAdmission:
         started = self._clock()
         ticket = Ticket(tenant, slots=max(1, min(slots, self.max_running)), adapter=adapter, enqueued_at=started)
         self._last_live = started
-        self._yield_background(ticket.slots)
+        self.background.yield_to(ticket.slots)
         self._weights[tenant] = weight
-        self._dispatch()  # claims may have lapsed since the last event
+        self.dispatch()  # claims may have lapsed since the last event
         may_start = self._verdicts(started, joining=tenant)
         if not self._reserving and not self._queue.queued_of(tenant) and may_start(tenant, ticket.slots):
             self._grant(ticket, started)
@@ -161,7 +156,7 @@ class FairAdmission:
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         entry = self._queue.push(tenant, (future, ticket), weight, ticket.slots)
         self._note_demand(tenant)
-        self._dispatch()
+        self.dispatch()
         try:
             await future
         except asyncio.CancelledError:
@@ -169,8 +164,8 @@ class FairAdmission:
                 self.release(ticket)
             elif self._queue.remove(entry):
                 self._forget_if_idle(tenant)
-                self._dispatch()  # a claim may have gone with it
-                self._wake_background()
+                self.dispatch()  # a claim may have gone with it
+                self.background.wake()
             raise
         ticket.queue_seconds = ticket.granted_at - started
         return ticket
@@ -179,7 +174,7 @@ class FairAdmission:
         """Slots for background work, only while nobody waits, `keep_free` slots stay free after it and its
         adapter fits; never queues. Whoever holds such slots should give them back when a wait listener fires."""
         slots = max(1, min(slots, self.max_running))
-        if self._queue or self.max_running - self._total_running - slots < keep_free:
+        if self._queue or self.max_running - self.running - slots < keep_free:
             return None
         if self.adapters is not None and not self.adapters.fits(adapter):
             return None
@@ -191,117 +186,42 @@ class FairAdmission:
         """`listener()` runs whenever a request has to wait for a slot."""
         self._wait_listeners.append(listener)
 
-    async def acquire_background(self, tenant: str, slots: int, preempt: Callable[[], None],
-                                 adapter: str | None = None) -> Ticket:
-        """Waits until `slots` slots are free of live demand (see the class notes), then holds them. `preempt`
-        is called at most once, when a live request needs them back: the holder must then `release`."""
-        started = self._clock()
-        ticket = Ticket(tenant, slots=max(1, min(slots, self.max_running)), adapter=adapter, enqueued_at=started,
-                        background=True, preempt=preempt)
-        while not self.background_may_start(ticket.slots):
-            if self._total_running == self._background_slots:
-                self._wake_when_quiet()  # waiting only for the quiet period, perhaps
-            future: asyncio.Future = asyncio.get_running_loop().create_future()
-            self._background_waiters.append(future)
-            try:
-                await future
-            finally:
-                if future in self._background_waiters:
-                    self._background_waiters.remove(future)
-        ticket.granted_at = self._clock()
-        ticket.queue_seconds = ticket.granted_at - started
-        self._background.append(ticket)
-        self._background_slots += ticket.slots
-        self._total_running += ticket.slots
-        if self.adapters is not None:
-            self.adapters.start(adapter)
-        return ticket
-
-    def background_may_start(self, slots: int) -> bool:
-        if self._queue or self._reserving or self.max_running - self._total_running < slots:
-            return False
-        live = self._total_running - self._background_slots
-        if live == 0 and self._clock() - self._last_live >= self.background_quiet_s:
-            return True
-        return self._background_slots + slots <= self.max_background_with_live
-
-    def _yield_background(self, slots: int) -> None:
-        """A live request of `slots` arrived: preempt what it needs, newest background ticket first."""
-        held = [t for t in self._background if not t.preempted]
-        kept = sum(t.slots for t in held)
-        free = self.max_running - self._total_running + sum(t.slots for t in self._background if t.preempted)
-        for ticket in reversed(held):
-            if kept <= self.max_background_with_live and free >= slots:
-                break
-            ticket.preempted = True
-            kept -= ticket.slots
-            free += ticket.slots
-            if ticket.preempt is not None:
-                ticket.preempt()
-
-    def _wake_background(self) -> None:
-        if self._background_waiters and self._total_running == self._background_slots:
-            self._wake_when_quiet()
-        if self._background_waiters and self.background_may_start(1):
-            waiters, self._background_waiters = self._background_waiters, []
-            for future in waiters:
-                if not future.done():
-                    future.set_result(None)
-
-    def _wake_when_quiet(self) -> None:
-        """Background waiters get another look once the quiet period after the last live request has passed."""
-        left = self.background_quiet_s - (self._clock() - self._last_live)
-        if left <= 0 or self._quiet_wake is not None:
-            return
-        try:
-            self._quiet_wake = asyncio.get_running_loop().call_later(left, self._on_quiet)
-        except RuntimeError:  # no running loop: the next release wakes them
-            return
-
-    def _on_quiet(self) -> None:
-        self._quiet_wake = None
-        self._wake_background()
-
     def release(self, ticket: Ticket) -> None:
         """Give the slot to the next waiter in fair order; releasing twice does nothing."""
         if ticket.released:
             return
         ticket.released = True
+        if ticket.background:
+            self.background.release(ticket)
+            return
         if self.adapters is not None:
             self.adapters.stop(ticket.adapter)
-        if ticket.background:
-            self._background.remove(ticket)
-            self._background_slots -= ticket.slots
-            self._total_running -= ticket.slots
-            self._dispatch()
-            self._wake_background()
-            return
         self._last_live = self._clock()
         held = self._last_live - ticket.granted_at
         self._mean_hold_s += self._HOLD_SMOOTHING * (held - self._mean_hold_s)
         self._running[ticket.tenant] -= ticket.slots
-        self._total_running -= ticket.slots
+        self._live_running -= ticket.slots
         self._note_demand(ticket.tenant)
         self._forget_if_idle(ticket.tenant)
-        self._dispatch()
-        self._wake_background()
+        self.dispatch()
+        self.background.wake()
 
     def stats(self) -> AdmissionStats:
         return AdmissionStats(
             running=self.running, max_running=self.max_running, queued=len(self._queue),
             max_queued=self.max_queued, running_by_tenant={t: n for t, n in self._running.items() if n},
-            queued_by_tenant=self._queue.queued(), background_running=self._background_slots,
+            queued_by_tenant=self._queue.queued(), background_running=self.background.held,
         )
 
     def _grant(self, ticket: Ticket, now: float) -> None:
         ticket.granted_at = now
         self._running[ticket.tenant] += ticket.slots
-        self._total_running += ticket.slots
+        self._live_running += ticket.slots
         if self.adapters is not None:
             self.adapters.start(ticket.adapter)
         self._note_demand(ticket.tenant)
 
-    def _dispatch(self) -> None:
+    def dispatch(self) -> None:
         """Starts waiters in fair order. When the fairest waiter entitled to start needs more slots than are
         free, the free slots are held for it (`_reserving`) rather than given to smaller requests behind it,
         which could otherwise keep a many-sequence request waiting forever."""
@@ -362,7 +282,7 @@ class FairAdmission:
     def _verdicts(self, now: float, joining: str | None = None) -> Callable[[str, int], bool]:
         """Whether a tenant may start a request of so many slots now. Shares and claims are computed once here,
         over the tenants with requests running or waiting (and `joining`, a tenant about to ask)."""
-        free = self.max_running - self._total_running
+        free = self.max_running - self.running
         if free <= 0:
             return lambda tenant, slots: False
         weights = {t: w for t, w in self._weights.items() if t == joining or self._demand(t) > 0}
@@ -391,7 +311,7 @@ class FairAdmission:
 
     def _on_wake(self) -> None:
         self._wake = None
-        self._dispatch()
+        self.dispatch()
 
     def expected_wait(self, queued: int) -> float:
         """Rough wait behind `queued` requests: each slot frees once per mean hold time."""

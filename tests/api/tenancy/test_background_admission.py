@@ -11,7 +11,7 @@ from api.tenancy.admission import FairAdmission
 
 
 async def _background(queue: FairAdmission, preempted: list[str], name: str, slots: int = 1):
-    return await queue.acquire_background("batch", slots, lambda: preempted.append(name))
+    return await queue.background.acquire("batch", slots, lambda: preempted.append(name))
 
 
 def test_background_takes_every_free_slot_on_an_idle_engine():
