@@ -1,6 +1,6 @@
 """Scenario `routing`: what the routing step costs, and whether a shadow delays the requests it copies.
 
-- Routing step overhead: `TrafficRouter.decide` in process (the per-request decision on the event loop: a cached
+- Routing step overhead: `Traffic.decide` in process (the per-request decision on the event loop: a cached
   rollout lookup, two SHA-256 hashes, the fallback chain), for a bare name without a rollout, with a 10% canary,
   and with a sticky A/B; beside it, what the request already paid before this step (`ModelResolver.resolve`, two
   SQLite reads) and what each routed request adds off the loop after it ends (`observe`: one SQLite write).
@@ -50,14 +50,14 @@ def micro(demo) -> dict:
     from api.generation.resolve import ModelResolver, everything
     from api.routing.config import RoutingConfig
     from api.routing.metrics import RoutingMetrics
-    from api.routing.traffic import TrafficRouter
+    from api.routing.traffic import Traffic
 
     with tempfile.TemporaryDirectory(prefix="loraplex-bench-route-") as state:
         _publish(Path(state), demo)
         config = RegistryConfig(store_uri=f"{state}/blobs", index_url=f"{state}/index.sqlite")
         registry = Registry.from_config(config, base_model_spec(demo.model_dir), max_lora_rank=64)
         store = RolloutStore(registry.index)
-        router = TrafficRouter(registry, store, RoutingConfig(rollout_refresh_s=3600),
+        traffic = Traffic(registry, store, RoutingConfig(rollout_refresh_s=3600),
                                RoutingMetrics(CollectorRegistry(), lambda label: label))
         resolver = ModelResolver(registry.base.model_id, registry)
         resolved = resolver.resolve("bench")
@@ -69,26 +69,26 @@ def micro(demo) -> dict:
             return (time.perf_counter() - started) / n * 1e6
 
         def decide(i: int) -> None:
-            router.decide(resolved, "acme", f"user-{i % 100}", f"req-{i}", everything)
-            router._routes.pop(f"req-{i}")  # what `observe` does once the request ends
+            traffic.decide(resolved, "acme", f"user-{i % 100}", f"req-{i}", everything)
+            traffic._routes.pop(f"req-{i}")  # what `observe` does once the request ends
 
         results = {"resolve_us": per_call_us(lambda i: resolver.resolve("bench"), MICRO_ITERATIONS // 4)}
-        router.invalidate()
+        traffic.invalidate()
         results["decide_no_rollout_us"] = per_call_us(decide, MICRO_ITERATIONS)
         for label, sticky in (("canary", False), ("ab", True)):
             rollout = store.start("bench", 2, 10 if not sticky else 50, sticky=sticky)
-            router.invalidate()
+            traffic.invalidate()
             results[f"decide_{label}_us"] = per_call_us(decide, MICRO_ITERATIONS)
             if label == "canary":
                 def observe(i: int) -> None:
-                    router.decide(resolved, "acme", None, f"obs-{i}", everything)
+                    traffic.decide(resolved, "acme", None, f"obs-{i}", everything)
                     account = RequestAccount(OutcomeSink([]), f"obs-{i}", model="bench", version="1")
-                    router.observe(account.finish(200))
+                    traffic.observe(account.finish(200))
                 results["decide_and_observe_us"] = per_call_us(observe, MICRO_ITERATIONS // 10)
             store.end("bench", "aborted", "bench", rollout_id=rollout.id)
         started = time.perf_counter()
-        router.invalidate()
-        router.refresh()
+        traffic.invalidate()
+        traffic.refresh()
         results["refresh_us"] = (time.perf_counter() - started) * 1e6
         registry.close()
     return {k: round(v, 2) for k, v in results.items()}

@@ -9,7 +9,7 @@ from api.auth import Caller
 from api.errors import overloaded
 from api.generation.accounting import RequestAccount
 from api.generation.adapter_loading import AdapterLoader
-from api.tenancy.admission import FairAdmission, QueueFull
+from api.tenancy.fair_admission import FairAdmission, QueueFull
 from api.tenancy.config import TenancyConfig
 from engine.tracing import Tracing
 

@@ -36,7 +36,7 @@ from api.lifecycle import Lifecycle
 from api.observability.drift import DriftMonitor, watched
 from api.routing.landing import FallbackLoader
 from api.routing.shadow import ShadowRunner
-from api.routing.traffic import TrafficRouter
+from api.routing.traffic import Traffic
 from api.tenancy.billing import LedgerWriter
 from api.tenancy.config import BATCH_PRIORITY, TenancyConfig
 from api.tenancy.pricing import PriceTable
@@ -105,7 +105,7 @@ class Pipeline:
     input_limits: InputLimits
     billing: LedgerWriter
     cache_salts: CacheSalts
-    router: TrafficRouter
+    traffic: Traffic
     shadows: ShadowRunner
     prices: PriceTable
     drift: DriftMonitor | None = None  # None: no drift monitoring
@@ -191,7 +191,7 @@ class GenerationService(ABC, Generic[Req]):
             may_use = visibility_of(p.tenancy, caller)
             resolved = p.resolver.resolve(req.model, may_use)
             # Routing step (api/routing): rollout arm, shadow and fallback chain.
-            route = p.router.decide(resolved, caller.tenant, req.user, account.request_id, may_use)
+            route = p.traffic.decide(resolved, caller.tenant, req.user, account.request_id, may_use)
             account.model, account.version = route.primary.name, route.primary.version
             tenant_cap = p.tenancy.tenant(caller.tenant).limits.max_tokens
             prepared = Prepared(await self.prepare(req, response_id, tenant_cap))
@@ -209,7 +209,7 @@ class GenerationService(ABC, Generic[Req]):
                                                      limit_param, account)
             # Load step: the first of the route's options that can serve, into the engine.
             landing = await p.loading.load(route, account)
-            p.router.landed(account.request_id, landing.served, landing.primary_failed)
+            p.traffic.landed(account.request_id, landing.served, landing.primary_failed)
             served = landing.served
             account.model, account.version, account.route = served.name, served.version, landing.ledger_route()
             headers = {SERVED_MODEL_HEADER: served.id, **landing.headers(), **limit_headers}
@@ -218,7 +218,7 @@ class GenerationService(ABC, Generic[Req]):
             p.shadows.start(route, prepared.calls, cache_salt)
             calls = run_calls(self.engine, landing.adapter, prepared.calls, account, cache_salt)
             if route.rollout is not None:
-                calls = p.router.tap(route, calls)
+                calls = p.traffic.tap(route, calls)
             if p.drift is not None and not background:  # batch lines are not live traffic
                 calls = watched(calls, p.drift, served.name, served.version,
                                 [(c.choice_offset, len(c.prompt_token_ids)) for c in prepared.calls])

@@ -22,7 +22,7 @@ from api.routing.protocol import (
     RolloutView,
 )
 from api.routing.report import build_report, rollout_view
-from api.routing.traffic import TrafficRouter
+from api.routing.traffic import Traffic
 
 BREAKER_NAMES = {BreakerState.CLOSED: "closed", BreakerState.HALF_OPEN: "half_open", BreakerState.OPEN: "open"}
 
@@ -35,9 +35,9 @@ def _name(name: str) -> str:
 
 
 class RoutingService:
-    def __init__(self, store: RolloutStore, router: TrafficRouter, min_samples: int):
+    def __init__(self, store: RolloutStore, traffic: Traffic, min_samples: int):
         self.store = store
-        self.router = router
+        self.traffic = traffic
         self.min_samples = min_samples
 
     def start(self, name: str, body: RolloutRequest) -> RolloutView:
@@ -48,7 +48,7 @@ class RoutingService:
             raise OpenAIError(404, str(e), param="candidate", code="adapter_not_found") from e
         except RegistryError as e:
             raise OpenAIError(409, str(e), code="rollout_conflict") from e
-        self.router.invalidate()
+        self.traffic.invalidate()
         return rollout_view(rollout)
 
     def promote(self, name: str) -> RolloutView:
@@ -56,7 +56,7 @@ class RoutingService:
             rollout = self.store.promote(_name(name))
         except NoActiveRollout as e:
             raise OpenAIError(404, str(e), param="name", code="no_active_rollout") from e
-        self.router.invalidate()
+        self.traffic.invalidate()
         return rollout_view(rollout)
 
     def abort(self, name: str, body: EndRequest) -> RolloutView:
@@ -64,7 +64,7 @@ class RoutingService:
             rollout = self.store.end(_name(name), "aborted", body.reason or "aborted by an operator")
         except NoActiveRollout as e:
             raise OpenAIError(404, str(e), param="name", code="no_active_rollout") from e
-        self.router.invalidate()
+        self.traffic.invalidate()
         return rollout_view(rollout)
 
     def report(self, name: str) -> RolloutReport:
@@ -78,11 +78,11 @@ class RoutingService:
     def list(self) -> RolloutList:
         return RolloutList(data=[rollout_view(r) for r in self.store.history()],
                            breakers={label: BREAKER_NAMES[state]
-                                     for label, state in sorted(self.router.breakers.states().items())})
+                                     for label, state in sorted(self.traffic.breakers.states().items())})
 
     def set_fallback(self, name: str, body: FallbackRequest) -> FallbackView:
         self.store.set_fallback(_name(name), FallbackChain(previous=body.previous, base=body.base))
-        self.router.invalidate()
+        self.traffic.invalidate()
         return FallbackView(name=name, previous=body.previous, base=body.base)
 
     def feedback(self, caller: Caller, body: FeedbackRequest) -> FeedbackView:
@@ -105,4 +105,4 @@ class RoutingService:
                 "shadow": {"completed": report.shadow.completed, "exact_match_rate": report.shadow.exact_match_rate},
             })
         return {"rollouts": rollouts,
-                "breakers": {label: BREAKER_NAMES[state] for label, state in sorted(self.router.breakers.states().items())}}
+                "breakers": {label: BREAKER_NAMES[state] for label, state in sorted(self.traffic.breakers.states().items())}}

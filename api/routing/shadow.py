@@ -22,7 +22,7 @@ from api.generation.fanout import EngineCall, engine_deltas
 from api.routing.metrics import RoutingMetrics
 from api.routing.stats import token_overlap
 from api.routing.traffic import Route
-from api.tenancy.admission import FairAdmission
+from api.tenancy.fair_admission import FairAdmission
 from api.tenancy.ticket import Ticket
 from engine.types import EngineClient
 

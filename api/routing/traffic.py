@@ -41,7 +41,7 @@ ROUTE_HEADER = "x-loraplex-route"
 
 @dataclass
 class PrimaryTap:
-    """The primary's output as it streams (`TrafficRouter.tap`), for its shadow's comparison and the A/B readout's
+    """The primary's output as it streams (`Traffic.tap`), for its shadow's comparison and the A/B readout's
     mean log-probability."""
 
     output: dict[int, list[int]] = field(default_factory=dict)  # choice -> token ids
@@ -86,7 +86,7 @@ class _Snapshot:
     previous: dict[str, int]  # name -> the version `stable` would roll back to, for names whose chain has it
 
 
-class TrafficRouter:
+class Traffic:
     def __init__(self, registry: Registry, store: RolloutStore, config: RoutingConfig, metrics: RoutingMetrics,
                  clock: Callable[[], float] = time.monotonic):
         self.registry = registry

@@ -54,17 +54,17 @@ from api.routing.landing import FallbackLoader
 from api.routing.metrics import RoutingMetrics
 from api.routing.serving import RoutingService
 from api.routing.shadow import ShadowRunner
-from api.routing.traffic import TrafficRouter
+from api.routing.traffic import Traffic
 from api.sagemaker.serving import InvocationService
 from api.server.dashboard import Dashboard, admission_counts
 from api.server.holder import Server
 from api.server.loops import ServerLoops
 from api.tenancy.adapter_slots import AdapterSlots
-from api.tenancy.admission import FairAdmission
+from api.tenancy.fair_admission import FairAdmission
 from api.tenancy.billing import LedgerWriter
 from api.tenancy.config import BATCH_PRIORITY, TenancyConfig
 from api.tenancy.ledger import UsageLedger, default_ledger_path
-from api.tenancy.limits import day_start, month_start
+from api.tenancy.quotas import day_start, month_start
 from api.tenancy.limits_backend import LimitsBackend, MemoryLimits
 from api.tenancy.limits_redis import RedisLimits
 from api.tenancy.pricing import ComputeMeter, PriceTable
@@ -96,15 +96,15 @@ def build_server(engine: EngineClient, registry: Registry, config: LoraplexConfi
     billing = LedgerWriter(watch.ledger)
     rollouts = RolloutStore(registry.index)
     routing_metrics = RoutingMetrics(watch.metrics.registry, watch.metrics.model_label)
-    router = TrafficRouter(registry, rollouts, config.routing, routing_metrics)
+    traffic = Traffic(registry, rollouts, config.routing, routing_metrics)
     shadows = ShadowRunner(engine, queue, engine_tiers, rollouts, routing_metrics, lambda: meter.usd_per_token,
                            config.routing.adapter_load_deadline_s)
     # Batch lines stay out of the latency metrics, SLOs, dashboard history and rollout comparisons (they wait
-    # for capacity by design; the router reads them for its breakers only); the batch gauges count them, the
+    # for capacity by design; traffic reads them for its breakers only); the batch gauges count them, the
     # ledger and the request log record them.
     sink = OutcomeSink([live_only(lambda outcome, finish: watch.metrics.observe(outcome)),
                         live_only(lambda outcome, finish: watch.history.record(outcome)), billing.record,
-                        log_request, lambda outcome, finish: router.observe(outcome)])
+                        log_request, lambda outcome, finish: traffic.observe(outcome)])
     resolver = ModelResolver(engine.model_id, registry)
     prices = PriceTable(tenancy)
     loader = AdapterLoader(engine_tiers, tracing)
@@ -113,9 +113,9 @@ def build_server(engine: EngineClient, registry: Registry, config: LoraplexConfi
         accounts=Accounts(sink, tenancy, prices, meter, watch.metrics.in_flight, lifecycle),
         resolver=resolver, limits=TenantLimits(limits_backend(config.serving, tenancy, watch.ledger)),
         admission=EngineAdmission(tenancy, queue, loader, tracing),
-        loading=FallbackLoader(loader, router.breakers, routing_metrics, config.routing.adapter_load_deadline_s),
+        loading=FallbackLoader(loader, traffic.breakers, routing_metrics, config.routing.adapter_load_deadline_s),
         tracing=tracing,
-        input_limits=config.input_limits, billing=billing, cache_salts=CacheSalts(), router=router,
+        input_limits=config.input_limits, billing=billing, cache_salts=CacheSalts(), traffic=traffic,
         shadows=shadows, prices=prices, drift=watch.drift,
     )
     template = Path(config.serving.chat_template).read_text() if config.serving.chat_template else None
@@ -125,7 +125,7 @@ def build_server(engine: EngineClient, registry: Registry, config: LoraplexConfi
     queued = _queued_work(config, chat, completion, graphs, lifecycle, queue)
     watch.metrics.set_batch_source(lambda: queued.batches.runner.gauges(queue.stats().background_running))
     catalog = ModelCatalog(resolver, virtual)
-    routing = RoutingService(rollouts, router, config.routing.ab_min_samples)
+    routing = RoutingService(rollouts, traffic, config.routing.ab_min_samples)
     dashboard = Dashboard(watch.metrics, watch.history, watch.drift, queue, engine_tiers,
                           placed.disk, routing, queued.batches, cluster)
     return Server(

@@ -15,7 +15,7 @@ from api.observability.history_json import slo_points
 from api.observability.request_metrics import AdmissionCounts, Metrics
 from api.ops.cluster import ClusterView
 from api.routing.serving import RoutingService
-from api.tenancy.admission import FairAdmission
+from api.tenancy.fair_admission import FairAdmission
 
 
 class Dashboard:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from api.tenancy.config import TenantLimits
-from api.tenancy.limits import Admission, TenantLimiter
+from api.tenancy.quotas import Admission, TenantLimiter
 
 
 class LimitsUnavailable(Exception):
@@ -58,7 +58,7 @@ class LimitsBackend(Protocol):
 
 
 class MemoryLimits:
-    """Per-process counters (api/tenancy/limits.py); exact for one replica only."""
+    """Per-process counters (api/tenancy/quotas.py); exact for one replica only."""
 
     remote = False
 

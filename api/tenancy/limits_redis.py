@@ -1,6 +1,6 @@
 """Tenant limits in Redis, shared by every replica: each check-and-reserve is one Lua script (EVALSHA), so two
 replicas can never both take the last slot or token. The same limits, order of checks, Retry-After and
-x-ratelimit-* values as the in-process limiter (api/tenancy/limits.py).
+x-ratelimit-* values as the in-process limiter (api/tenancy/quotas.py).
 
 Keys of one tenant share a hash tag (`{prefix}:{tenant}:...`), so a Redis Cluster keeps them on one shard:
   req        sorted set  reservation id -> admission time            (requests in the 60 s window)
@@ -24,7 +24,7 @@ from collections.abc import Callable
 import redis
 
 from api.tenancy.config import TenantLimits
-from api.tenancy.limits import (
+from api.tenancy.quotas import (
     CONCURRENCY_RETRY_S,
     WINDOW_S,
     WindowState,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import pytest
 
 from api.tenancy.adapter_slots import AdapterSlots
-from api.tenancy.admission import FairAdmission
+from api.tenancy.fair_admission import FairAdmission
 from tests.api.tenancy.admission_clock import FakeClock, settle_tasks
 
 

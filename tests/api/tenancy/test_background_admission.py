@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from api.tenancy.admission import FairAdmission
+from api.tenancy.fair_admission import FairAdmission
 
 
 async def _background(queue: FairAdmission, preempted: list[str], name: str, slots: int = 1):

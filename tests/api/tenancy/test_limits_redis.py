@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from api.tenancy.config import TenantLimits
-from api.tenancy.limits import LimitExceeded
+from api.tenancy.quotas import LimitExceeded
 from api.tenancy.limits_backend import LimitsUnavailable
 from api.tenancy.limits_redis import RedisLimits
 from tests.state_servers import free_port
@@ -105,7 +105,7 @@ _WORKER = textwrap.dedent("""
     import json, sys
     import redis
     from api.tenancy.config import TenantLimits
-    from api.tenancy.limits import LimitExceeded
+    from api.tenancy.quotas import LimitExceeded
     from api.tenancy.limits_redis import RedisLimits
 
     url, prefix, attempts = sys.argv[1], sys.argv[2], int(sys.argv[3])

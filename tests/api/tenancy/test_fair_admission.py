@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from api.tenancy.admission import FairAdmission, QueueFull
+from api.tenancy.fair_admission import FairAdmission, QueueFull
 from tests.api.tenancy.admission_clock import FakeClock, settle_tasks
 
 

@@ -5,7 +5,7 @@ from datetime import datetime, timezone
 import pytest
 
 from api.tenancy.config import TenantLimits
-from api.tenancy.limits import (
+from api.tenancy.quotas import (
     LimitExceeded,
     NeverFits,
     TenantLimiter,
