@@ -18,6 +18,8 @@ ALIAS_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 VERSION_PATTERN = re.compile(r"^[1-9][0-9]{0,8}$")
 MAX_VERSION = 999_999_999  # what VERSION_PATTERN allows; SQLite integers hold it
 STABLE = "stable"  # the alias a bare NAME resolves to
+# Names of the mixtures built for requests (api/generation/mixtures.py); not callable by name.
+MIXTURE_PREFIX = "mixture-"
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"

@@ -116,6 +116,7 @@ TENANTS = {
     "tokmin": (["*"], "standard", {"tokens_per_minute": 120}),
 }
 PRICES = {"prompt": 1.0, "completion": 2.0}
+MIXING_TENANT = "acme"  # the one tenant allowed mixtures of adapters per request
 # Virtual models of the session server (api/graphs); tests/e2e/test_virtual_models.py reloads more.
 VIRTUAL_MODELS = {
     "triage": {"cascade": {"stages": ["sql-helper", "poet"], "escalate_when": {"output_matches": "(?i)sorry"}}},
@@ -165,7 +166,7 @@ def tenants_file(demo_home, keys) -> Path:
         "pricing": {"default": PRICES},
         "tenants": [
             {"name": name, "key_hashes": [hash_key(keys.tenants[name])], "adapters": adapters,
-             "priority": priority, "limits": limits}
+             "priority": priority, "limits": limits, "mixtures": name == MIXING_TENANT}
             for name, (adapters, priority, limits) in TENANTS.items()
         ],
         "virtual_models": VIRTUAL_MODELS,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from adapters.identity import STABLE, version_label
+from adapters.identity import MIXTURE_PREFIX, STABLE, version_label
 from api.generation.resolve import ModelResolver, Visibility, everything
 from api.generation.virtual_model_table import VirtualModelTable
 from api.openai.protocol import ModelCard, ModelList
@@ -24,7 +24,7 @@ class ModelCatalog:
         if may_use(None):
             cards.append(ModelCard(id=base_id, created=self._created, root=base_id))
         for summary in self.resolver.registry.list():
-            if not may_use(summary.name) or not summary.versions:
+            if not may_use(summary.name) or not summary.versions or summary.name.startswith(MIXTURE_PREFIX):
                 continue
             stable = summary.aliases.get(STABLE, summary.versions[-1].version)
             newest = summary.versions[-1]

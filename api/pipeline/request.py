@@ -169,7 +169,7 @@ class GenerationService(ABC, Generic[Req]):
         """What `create` checks before admission, running nothing: `model` resolves for this caller and the
         engine calls can be prepared (prompt, output budget). Returns the tokens admission would reserve."""
         p = self.pipeline
-        p.resolver.resolve(req.model, visibility_of(p.tenancy, caller))
+        await p.resolver.resolve_request(req.model, visibility_of(p.tenancy, caller), p.tenancy.tenant(caller.tenant))
         tenant_cap = p.tenancy.tenant(caller.tenant).limits.max_tokens
         return Prepared(await self.prepare(req, f"{self.response_prefix}-check", tenant_cap)).reserve_tokens
 
@@ -189,7 +189,7 @@ class GenerationService(ABC, Generic[Req]):
             self._as_batch_line(account, lane)
         async with closes_on_failure(account):
             may_use = visibility_of(p.tenancy, caller)
-            resolved = p.resolver.resolve(req.model, may_use)
+            resolved = await p.resolver.resolve_request(req.model, may_use, p.tenancy.tenant(caller.tenant))
             # Routing step (api/routing): rollout arm, shadow and fallback chain.
             route = p.traffic.decide(resolved, caller.tenant, req.user, account.request_id, may_use)
             account.model, account.version = route.primary.name, route.primary.version

@@ -28,6 +28,7 @@ from api.generation.adapter_loading import AdapterLoader
 from api.generation.admission import EngineAdmission
 from api.generation.cache_salt import CacheSalts
 from api.generation.limits import TenantLimits
+from api.generation.mixtures import Mixtures
 from api.generation.resolve import ModelResolver
 from api.generation.virtual_model_table import VirtualModelTable
 from api.graphs.serving import GraphService
@@ -105,7 +106,7 @@ def build_server(engine: EngineClient, registry: Registry, config: LoraplexConfi
     sink = OutcomeSink([live_only(lambda outcome, finish: watch.metrics.observe(outcome)),
                         live_only(lambda outcome, finish: watch.history.record(outcome)), billing.record,
                         log_request, lambda outcome, finish: traffic.observe(outcome)])
-    resolver = ModelResolver(engine.model_id, registry)
+    resolver = ModelResolver(engine.model_id, registry, Mixtures(registry, tenancy.mixtures))
     prices = PriceTable(tenancy)
     loader = AdapterLoader(engine_tiers, tracing)
     pipeline = Pipeline(

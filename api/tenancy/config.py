@@ -132,6 +132,15 @@ class TenantLimits(_Strict):
         "a batch that would pass it fails validation with `token_limit_exceeded`.")
 
 
+class MixtureLimits(_Strict):
+    """Bounds on mixtures of adapters named per request (`model: "a*0.7+b@2*0.3"`, docs/registry.md)."""
+
+    max_components: int = Field(default=4, ge=2, description="Most adapters in one mixture.")
+    builds_per_minute: int = Field(default=10, ge=1, description="Distinct new mixtures one tenant may have built "
+                                   "in any 60 s window (a mixture built before is served from the registry and "
+                                   "does not count); past it, 429.")
+
+
 class TenantConfig(_Strict):
     """One customer of the server."""
 
@@ -142,6 +151,8 @@ class TenantConfig(_Strict):
         default_factory=list, description="Adapter names the tenant may call (fnmatch globs; ['*'] = all).")
     priority: str = Field(default=DEFAULT_CLASS, description="Name of the tenant's priority class.")
     limits: TenantLimits = Field(default_factory=TenantLimits, description="Quotas.")
+    mixtures: bool = Field(default=False, description="Whether the tenant may name a weighted mixture of adapters "
+                           "as `model` (each part one it may call); bounded by the file's `mixtures` section.")
     pricing: PricingConfig | None = Field(default=None, description="Prices that override the server's.")
     slo: SloTargets | None = Field(default=None, description="Objectives; fields set here override the class's.")
 
@@ -161,6 +172,7 @@ class TenancyConfig(_Strict):
     pricing: PricingConfig = Field(default_factory=PricingConfig, description="Server-wide prices.")
     slo: SloTargets = Field(default=DEFAULT_SLO, description="Server-wide default objectives.")
     tenants: list[TenantConfig] = Field(min_length=1, description="Every tenant of the server.")
+    mixtures: MixtureLimits = Field(default_factory=MixtureLimits, description="Bounds on per-request mixtures.")
     virtual_models: VirtualModels = Field(
         default_factory=dict, description="Cascades and ensembles over adapters, by the name callers send as "
         "`model` (api/tenancy/virtual_models.py); checked against the registry at start and on reload.")
@@ -175,7 +187,7 @@ class TenancyConfig(_Strict):
 
     @classmethod
     def open_default(cls) -> TenancyConfig:
-        config = cls(tenants=[TenantConfig(name=OPEN_TENANT, adapters=["*"])])
+        config = cls(tenants=[TenantConfig(name=OPEN_TENANT, adapters=["*"], mixtures=True)])
         config._auth_required = False
         return config
 

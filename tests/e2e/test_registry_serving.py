@@ -283,6 +283,48 @@ async def test_a_published_mixture_serves_what_transformers_and_peft_compute(
     assert mixed == [expected[m] for m in models]
 
 
+async def test_a_mixture_named_per_request_is_built_once_and_serves_what_peft_computes(
+        server, server_process, acme, keys, registry, hf_reference, tokenizer, base_model_id):
+    """`model` = "a*w+b*w": the mixture is built on first use, served exact (alone and batched beside the base model
+    and one of its parts), named by its parts in the response and the ledger, and found again, not rebuilt."""
+    spelling, canonical = "sql-helper*0.7+support-bot@1*-0.3", "sql-helper@1*0.7+support-bot@1*-0.3"
+    ids = tokenizer.encode("a mixture named per request", add_special_tokens=False)
+
+    def body(model: str, max_tokens: int = 16) -> dict:
+        return {"model": model, "prompt": ids, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+                "return_token_ids": True}
+
+    def mixtures() -> list[str]:
+        return sorted(s.name for s in registry.list() if s.name.startswith("mixture-"))
+
+    before = mixtures()
+    async with httpx.AsyncClient(base_url=server, headers=acme, timeout=120) as client:
+        response = await client.post("/v1/completions", json=body(spelling))
+        assert response.status_code == 200, response.text
+        assert response.json()["model"] == canonical and response.headers["x-loraplex-model"] == canonical
+        served = response.json()["choices"][0]["token_ids"]
+        built = [name for name in mixtures() if name not in before]
+        assert len(built) == 1
+        models = [base_model_id, spelling, "sql-helper"] * 2
+        with EngineGate.of(server_process.proc.pid):
+            batch = [asyncio.create_task(client.post("/v1/completions", json=body(m))) for m in models]
+            await until_engine_holds(client, len(models), keys.metrics_headers)
+        mixed = [r.json()["choices"][0]["token_ids"] for r in await asyncio.gather(*batch)]
+        listed = (await client.get("/v1/models")).json()["data"]
+        direct = await client.post("/v1/completions", json=body(built[0]))
+        other = await client.post("/v1/completions", json=body(spelling), headers=keys.headers("obs"))
+        usage = (await client.get("/v1/usage?limit=10000")).json()["data"]
+    assert served == _peft_cat_greedy(hf_reference, {"sql-helper": 0.7, "support-bot": -0.3}, ids, 16)
+    expected = {base_model_id: hf_reference.greedy(None, ids, 16), spelling: served,
+                "sql-helper": hf_reference.greedy("sql-helper", ids, 16)}
+    assert mixed == [expected[m] for m in models]
+    assert mixtures() == sorted(before + built)  # asked for seven times, built once
+    assert not any(card["id"].startswith("mixture-") for card in listed)
+    assert direct.status_code == 404  # a built mixture is called by its parts, not by its registry name
+    assert (other.status_code, other.json()["error"]["code"]) == (403, "mixtures_not_allowed")
+    assert canonical in {row["model"] for row in usage}
+
+
 def _peft_cat_greedy(hf_reference, weights: dict[str, float], ids: list[int], count: int) -> list[int]:
     """Greedy tokens of the mixture PEFT builds itself (`add_weighted_adapter`, `cat`), float32, no KV cache."""
     import torch
