@@ -24,6 +24,7 @@ import bench_batch  # noqa: E402
 import bench_cluster  # noqa: E402
 import bench_grpc  # noqa: E402
 import bench_kernels  # noqa: E402
+import bench_mixture  # noqa: E402
 import bench_routing  # noqa: E402
 import bench_scale  # noqa: E402
 import bench_serving  # noqa: E402
@@ -114,6 +115,9 @@ SCENARIOS = {
         Scenario("grpc", "gRPC streaming (ModelStreamInfer) against HTTP SSE on one server, interleaved rounds at "
                  "concurrency 1, 8 and 32: tok/s, TTFT and the API process's CPU per token.", bench_grpc.run,
                  one_table(bench_grpc.table), in_quick=False),
+        Scenario("mixture", "A composition of ranks 16 + 8 against a plain rank-24 adapter (warm, interleaved "
+                 "rounds), and the first request of a mixture named per request (build + load) against a cold "
+                 "single adapter.", bench_mixture.run, bench_mixture.tables, in_quick=False),
     )
 }
 
@@ -129,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(SmolLM2-135M-Instruct) or mid (a random Llama of hidden 1024, 8 layers, three rank-16 "
                         "adapters on all seven projections, generated for benchmarks); overhead, lora-scaling and "
                         "baseline-hf run on all three, kernels and mixed on tiny and mid, tiers, noisy-neighbour, "
-                        "batch, cluster, state, routing, scale and admission on tiny only")
+                        "batch, cluster, state, routing, scale, admission and mixture on tiny only")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "results", help="where JSON and PNG files go (default: docs/results)")
     parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
     parser.add_argument("--report", type=Path, nargs="+", metavar="JSON",

@@ -26,7 +26,7 @@ from bench_report import markdown_table, replace_section, write_run  # noqa: E40
 
 @pytest.mark.parametrize("argv,expected", [
     ([], ["overhead", "lora-scaling", "tiers", "noisy-neighbour", "baseline-hf", "batch", "cluster", "kernels",
-          "mixed", "state", "routing", "scale", "structured", "admission", "grpc"]),
+          "mixed", "state", "routing", "scale", "structured", "admission", "grpc", "mixture"]),
     (["tiers", "kernels"], ["tiers", "kernels"]),
 ])
 def test_scenarios_parse(argv, expected):
