@@ -46,6 +46,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--questions", type=int, default=None, help="First N held-out questions (default: all).")
+    parser.add_argument("--weights", nargs="+", default=None, metavar="PIRATE,UPPERCASE",
+                        help="Weightings to try, e.g. 1.5,0.6 2.0,0.8 (default: the nine of the first run).")
     args = parser.parse_args()
 
     import torch
@@ -57,7 +59,8 @@ def main() -> None:
     questions = held_out_questions(args.questions)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for pirate_w, upper_w in WEIGHTINGS:
+        weightings = WEIGHTINGS if args.weights is None else [tuple(map(float, w.split(","))) for w in args.weights]
+        for pirate_w, upper_w in weightings:
             started = time.monotonic()
             folder = compose([Component("pirate", "", pirate_w, assets.adapter_dirs["pirate"]),
                               Component("uppercase", "", upper_w, assets.adapter_dirs["uppercase"])],
