@@ -37,6 +37,14 @@ class AdapterIds:
             return candidate
 
 
+ENGINE_NAME_SEPARATOR = "#"
+
+
 def engine_lora_name(identity: AdapterIdentity) -> str:
     """The name vLLM sees: it includes the hash so prefix-cache keys change with the content."""
-    return f"{identity.name}#{identity.content_hash[:16]}"
+    return f"{identity.name}{ENGINE_NAME_SEPARATOR}{identity.content_hash[:16]}"
+
+
+def adapter_name_of(engine_name: str) -> str:
+    """The adapter's name in an `engine_lora_name`."""
+    return engine_name.split(ENGINE_NAME_SEPARATOR, 1)[0]

@@ -61,6 +61,7 @@ def _load_logger_factory(load: EngineLoad, step_listeners: list[StepListener]):
                 load.waiting = scheduler_stats.num_waiting_reqs
                 load.kv_cache_usage = scheduler_stats.kv_cache_usage
                 load.running_by_adapter = dict(scheduler_stats.running_lora_adapters)
+                load.waiting_by_adapter = dict(scheduler_stats.waiting_lora_adapters)
                 load.steps += 1
             if iteration_stats is not None:
                 load.generation_tokens += iteration_stats.num_generation_tokens

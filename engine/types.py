@@ -62,7 +62,8 @@ class EngineLoad:
     kv_cache_usage: float = 0.0
     steps: int = 0
     generation_tokens: int = 0  # since start, including those of requests later aborted
-    running_by_adapter: dict[str, int] = field(default_factory=dict)
+    running_by_adapter: dict[str, int] = field(default_factory=dict)  # engine adapter name -> running requests
+    waiting_by_adapter: dict[str, int] = field(default_factory=dict)  # ... -> requests waiting in the engine
 
 
 class EngineClient(Protocol):

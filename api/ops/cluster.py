@@ -65,6 +65,8 @@ class ReplicaCollector(Collector):
         }
         resident = GaugeMetricFamily("loraplex_replica_resident_adapters", "Adapter versions resident per tier.",
                                      labels=["replica", "tier"])
+        each = GaugeMetricFamily("loraplex_replica_adapter_resident", "1 for each adapter version resident in a "
+                                 "replica's tier (engine slots, CPU).", labels=["replica", "tier", "adapter"])
         loads = CounterMetricFamily("loraplex_replica_adapter_loads", "Adapter loads into the replica's engine.",
                                     labels=["replica"])
         routed = CounterMetricFamily("loraplex_replica_requests", "Requests routed to the replica.",
@@ -76,8 +78,10 @@ class ReplicaCollector(Collector):
             gauges["kv"].add_metric([rid], r.kv_cache_usage)
             for tier, labels in r.residency.items():
                 resident.add_metric([rid, tier], len(labels))
+                for label in labels:
+                    each.add_metric([rid, tier, label], 1)
             loads.add_metric([rid], r.loads)
         for rid, count in dict(self._view.routed).items():
             routed.add_metric([rid], count)
         yield from gauges.values()
-        yield from (resident, loads, routed)
+        yield from (resident, each, loads, routed)

@@ -39,6 +39,8 @@ from api.observability.drift import DriftCollector, DriftMonitor
 from api.observability.drift_store import DRIFT_FILE, DriftStore
 from api.observability.history import History
 from api.observability.history_events import HistoryTierEvents
+from api.observability.lora_info import LoraActivity, LoraInfoCollector
+from api.observability.residency import ResidencyCollector
 from api.observability.outcome import RequestOutcome
 from api.observability.request_metrics import EngineGauges, Metrics
 from api.observability.requestlog import log_request
@@ -69,6 +71,7 @@ from api.tenancy.quotas import day_start, month_start
 from api.tenancy.limits_backend import LimitsBackend, MemoryLimits
 from api.tenancy.limits_redis import RedisLimits
 from api.tenancy.pricing import ComputeMeter, PriceTable
+from engine.adapter_ids import adapter_name_of
 from engine.tracing import Tracing
 from engine.types import EngineClient
 
@@ -91,6 +94,11 @@ def build_server(engine: EngineClient, registry: Registry, config: LoraplexConfi
     engine_tiers = placed.tiers
     queue = FairAdmission.from_config(tenancy.admission, config.admission_size, placed.adapter_slots)
     watch.metrics.set_admission_source(lambda: admission_counts(queue))
+    if cluster is None:
+        max_loras = config.engine.max_loras
+        watch.metrics.registry.register(LoraInfoCollector(lambda: lora_activity(engine, queue, max_loras)))
+        if placed.tiers is not None:
+            watch.metrics.registry.register(ResidencyCollector(placed.tiers.residency))
     tracing = tracing or Tracing(config.serving.otlp_endpoint)
     lifecycle = Lifecycle()
     meter = ComputeMeter(tenancy.machine_cost_per_hour)
@@ -236,6 +244,14 @@ def limits_backend(options: ServingOptions, tenancy: TenancyConfig, ledger: Usag
         backend.seed_usage(tenant.name, ledger.tokens_in(tenant.name, day_start(wall)),
                            ledger.tokens_in(tenant.name, month_start(wall)))
     return backend
+
+
+def lora_activity(engine: EngineClient, queue: FairAdmission, max_loras: int) -> LoraActivity:
+    """Adapter names with requests in the engine, and with requests waiting in it or in admission."""
+    load = engine.load()
+    waiting = {adapter_name_of(n) for n in load.waiting_by_adapter} | {
+        label.rsplit("@", 1)[0] for label in queue.waiting_adapters()}
+    return LoraActivity(tuple(adapter_name_of(n) for n in load.running_by_adapter), tuple(waiting), max_loras)
 
 
 def _engine_gauges(engine: EngineClient) -> EngineGauges:

@@ -206,6 +206,11 @@ class FairAdmission:
         self.dispatch()
         self.background.wake()
 
+    def waiting_adapters(self) -> set[str]:
+        """The adapter labels of the live requests waiting for a slot."""
+        return {ticket.adapter for future, ticket in self._queue.waiting()
+                if ticket.adapter is not None and not future.done()}
+
     def stats(self) -> AdmissionStats:
         return AdmissionStats(
             running=self.running, max_running=self.max_running, queued=len(self._queue),

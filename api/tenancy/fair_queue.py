@@ -87,6 +87,10 @@ class FairQueue(Generic[T]):
                 best = head
         return best
 
+    def waiting(self) -> list[T]:
+        """Every waiting item, tenant by tenant."""
+        return [e.item for fifo in self._fifos.values() for e in fifo if e.live]
+
     def window(self, tenant: str, limit: int) -> list[Entry[T]]:
         """The first `limit` waiting items of `tenant`, in its order."""
         return list(itertools.islice((e for e in self._fifos.get(tenant, ()) if e.live), limit))

@@ -70,6 +70,33 @@ def test_dropped_stream_is_aborted(server, server_process, adapter_names, acme, 
     assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 4
 
 
+def lora_info(samples) -> dict[str, str]:
+    [labels] = [dict(labels) for (metric, labels) in samples if metric == "vllm:lora_requests_info"]
+    return labels
+
+
+def test_adapter_affinity_series_show_what_runs_and_what_is_resident(server, server_process, adapter_names, acme,
+                                                                    metrics_text):
+    """`vllm:lora_requests_info` in vLLM's shape (adapter names as clients send them) and one residency series
+    per adapter version, read while a stream on an adapter is held mid-run in the engine."""
+    name = adapter_names[1]
+    body = {"model": name, "prompt": "tell me a long story", "max_tokens": 1000, "ignore_eos": True,
+            "stream": True}
+    wait_until_idle(metrics_text)
+    with EngineGate.of(server_process.proc.pid) as gate:
+        stream = StreamReader(f"{server}/v1/completions", acme, body)
+        gate.pulse_until(lambda: bool(stream.chunks))
+        running = scrape(lambda: metrics_text("vllm:lora_requests_info", "loraplex_adapter_resident"))
+        stream.drop()
+    info = lora_info(running)
+    assert (info["max_lora"], info["running_lora_adapters"]) == ("2", name)
+    # The engine's stats may be those of the step that moved it from waiting to running.
+    assert info["waiting_lora_adapters"] in ("", name)
+    assert value(running, "loraplex_adapter_resident", tier="engine", adapter=f"{name}@1") == 1
+    wait_until(lambda: lora_info(scrape(lambda: metrics_text("vllm:lora_requests_info")))["running_lora_adapters"]
+               == "", "the dropped stream's adapter no longer runs")
+
+
 def test_metrics_count_known_traffic(server, base_model_id, keys, metrics_text):
     """Tenant `obs` sends nothing else, so its series move by exactly this traffic."""
     obs = keys.headers("obs")
