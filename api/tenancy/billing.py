@@ -41,7 +41,8 @@ class LedgerWriter:
         """Writes the row (a reused request id gets a suffix, so no request goes unbilled); on failure keeps it
         pending and blocks its tenant."""
         for delay in (0.0, *self._delays):
-            time.sleep(delay)
+            if delay:
+                time.sleep(delay)
             try:
                 self._write(outcome, finish)
                 return
