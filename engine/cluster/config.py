@@ -5,6 +5,7 @@ This module never imports Ray: the single-process server reads it too (to know t
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -48,10 +49,22 @@ class ClusterConfig(BaseModel):
                                           "resident adapters and load to the router.")
     replica_num_cpus: float = Field(default=0.0, ge=0, description="CPUs Ray reserves per replica (0: schedule "
                                     "regardless; vLLM's own threads do the work).")
+    max_replicas_per_node: int | None = Field(
+        default=None, ge=0, description="Most replicas Ray Serve places on one node (default: the most replicas "
+        "there may be divided by the nodes alive at deploy time, rounded up, so replicas never all share a host "
+        "while another has room; a replica of a lost node waits for a node with room. 0: no cap, Ray's soft "
+        "spread only).")
 
     @property
     def enabled(self) -> bool:
         return self.replicas is not None
+
+    def per_node_cap(self, nodes: int) -> int | None:
+        """`max_replicas_per_node` for `nodes` alive nodes: set, or derived (None: no cap)."""
+        if self.max_replicas_per_node is not None:
+            return self.max_replicas_per_node or None
+        most = self.most_replicas or 1
+        return max(1, math.ceil(most / max(1, nodes)))
 
     @property
     def most_replicas(self) -> int | None:

@@ -43,9 +43,15 @@ def _router(cluster: ClusterConfig) -> RequestRouterConfig:
     return RequestRouterConfig(request_routing_stats_period_s=cluster.replica_stats_period_s)
 
 
-def engine_application(cluster: ClusterConfig, spec: ReplicaSpec, drain_timeout_s: float) -> Application:
+def alive_nodes() -> int:
+    """Nodes of the Ray cluster that are alive and offer CPUs (Ray must be initialised)."""
+    return sum(1 for node in ray.nodes() if node.get("Alive") and node.get("Resources", {}).get("CPU", 0) > 0)
+
+
+def engine_application(cluster: ClusterConfig, spec: ReplicaSpec, drain_timeout_s: float,
+                       nodes: int = 1) -> Application:
     """The engine replicas as a Serve application: what `serve --replicas` deploys, and what an operator's
-    RayService deploys through `engine.cluster.app:build`."""
+    RayService deploys through `engine.cluster.app:build`. `nodes`: alive nodes, for the per-node cap."""
     options: dict = {
         "name": DEPLOYMENT_NAME,
         "max_ongoing_requests": cluster.max_ongoing_requests,
@@ -54,6 +60,9 @@ def engine_application(cluster: ClusterConfig, spec: ReplicaSpec, drain_timeout_
         "graceful_shutdown_timeout_s": drain_timeout_s,
         "health_check_period_s": HEALTH_CHECK_PERIOD_S,
     }
+    cap = cluster.per_node_cap(nodes)
+    if cap is not None:
+        options["max_replicas_per_node"] = cap
     if cluster.autoscale:
         options["autoscaling_config"] = _autoscaling(cluster)
     else:
@@ -90,8 +99,10 @@ class EngineDeployment:
         if self.cluster.attach:
             logger.info("using the engine replicas already deployed as %s/%s", APP_NAME, DEPLOYMENT_NAME)
             return serve.get_deployment_handle(DEPLOYMENT_NAME, app_name=APP_NAME)
-        logger.info("deploying %s engine replicas on Ray Serve", self.cluster.replicas)
-        return serve.run(engine_application(self.cluster, self.spec, self.drain_timeout_s), name=APP_NAME,
+        nodes = alive_nodes()
+        logger.info("deploying %s engine replicas on Ray Serve over %d node(s), at most %s per node",
+                    self.cluster.replicas, nodes, self.cluster.per_node_cap(nodes) or "any number")
+        return serve.run(engine_application(self.cluster, self.spec, self.drain_timeout_s, nodes), name=APP_NAME,
                          route_prefix=None)
 
     def replica_states(self) -> dict[str, int]:

@@ -27,3 +27,16 @@ def test_cross_field_problems(values, problem):
 def test_scale_to_zero_is_allowed_when_autoscaling():
     config = ClusterConfig(replicas=0, autoscale=True, min_replicas=0, max_replicas=2)
     assert config.enabled and config.min_replicas == 0
+
+
+@pytest.mark.parametrize(("fields", "nodes", "cap"), [
+    ({"replicas": 2}, 2, 1),  # one per node: never both on one host while the other has room
+    ({"replicas": 2}, 1, 2),  # one node: both there
+    ({"replicas": 3}, 2, 2),
+    ({"replicas": 4}, 0, 4),  # no node seen yet: no tighter cap than the replicas themselves
+    ({"replicas": 1, "autoscale": True, "max_replicas": 6}, 4, 2),  # sized for the most there may be
+    ({"replicas": 2, "max_replicas_per_node": 3}, 2, 3),  # set: used as is
+    ({"replicas": 2, "max_replicas_per_node": 0}, 2, None),  # 0: no cap
+])
+def test_replicas_per_node_cap(fields, nodes, cap):
+    assert ClusterConfig(**fields).per_node_cap(nodes) == cap
