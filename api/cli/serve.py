@@ -13,7 +13,7 @@ from adapters.base_model import BaseModelError, base_model_spec
 from adapters.demo.assets import DemoAssets, DemoConfig, ensure_demo_assets
 from adapters.demo.smollm2 import GgufNotFoundError
 from adapters.home import demo_home
-from adapters.registry import Registry, RegistryConfig
+from adapters.registry import Registry
 from adapters.sql import DB_ERRORS
 from adapters.validation import AdapterValidationError
 from api.cli.flags import add_config_arguments, config_from_args

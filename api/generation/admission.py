@@ -9,8 +9,8 @@ from api.auth import Caller
 from api.errors import overloaded
 from api.generation.accounting import RequestAccount
 from api.generation.adapter_loading import AdapterLoader
-from api.tenancy.fair_admission import FairAdmission, QueueFull
 from api.tenancy.config import TenancyConfig
+from api.tenancy.fair_admission import FairAdmission, QueueFull
 from engine.tracing import Tracing
 
 

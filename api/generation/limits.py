@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 from api.auth import Caller
 from api.errors import OpenAIError, bad_request, rate_limited
 from api.generation.accounting import RequestAccount
-from api.tenancy.quotas import LimitExceeded, NeverFits
 from api.tenancy.limits_backend import LimitsBackend, LimitsUnavailable, Reservation
+from api.tenancy.quotas import LimitExceeded, NeverFits
 
 LIMITS_RETRY_AFTER_S = 2
 

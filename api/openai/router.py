@@ -13,12 +13,12 @@ from starlette.types import Receive, Scope, Send
 from api.auth import Caller
 from api.body import Body, parse_body, read_json_object, validate_body
 from api.errors import OpenAIError
-from api.pipeline.request import GenerationService, Reply
 from api.generation.resolve import visibility_of
 from api.middleware import request_id_of
 from api.observability.outcome import STATUS_CLIENT_CLOSED, UNKNOWN
 from api.openai.protocol import ChatCompletionRequest, CompletionRequest
 from api.openai.tokenize import DetokenizeRequest, tokenize_request_type
+from api.pipeline.request import GenerationService, Reply
 
 router = APIRouter()
 

@@ -104,5 +104,5 @@ class RoutingService:
                           "ttft_p95_s": a.ttft_s.p95} for a in report.arms],
                 "shadow": {"completed": report.shadow.completed, "exact_match_rate": report.shadow.exact_match_rate},
             })
-        return {"rollouts": rollouts,
-                "breakers": {label: BREAKER_NAMES[state] for label, state in sorted(self.traffic.breakers.states().items())}}
+        breakers = sorted(self.traffic.breakers.states().items())
+        return {"rollouts": rollouts, "breakers": {label: BREAKER_NAMES[state] for label, state in breakers}}

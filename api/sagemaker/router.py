@@ -7,9 +7,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from api.body import read_json_object
-from api.pipeline.request import GenerationService
 from api.openai.router import run_generation
 from api.ops.readiness import readiness
+from api.pipeline.request import GenerationService
 from api.sagemaker.protocol import CUSTOM_ATTRIBUTES_HEADER
 
 sagemaker_router = APIRouter(tags=["sagemaker"])

@@ -40,10 +40,10 @@ from api.observability.drift_store import DRIFT_FILE, DriftStore
 from api.observability.history import History
 from api.observability.history_events import HistoryTierEvents
 from api.observability.lora_info import LoraActivity, LoraInfoCollector
-from api.observability.residency import ResidencyCollector
 from api.observability.outcome import RequestOutcome
 from api.observability.request_metrics import EngineGauges, Metrics
 from api.observability.requestlog import log_request
+from api.observability.residency import ResidencyCollector
 from api.openai.chat import ChatService
 from api.openai.completion import CompletionService
 from api.openai.models import ModelCatalog
@@ -63,14 +63,14 @@ from api.server.dashboard import Dashboard, admission_counts
 from api.server.holder import Server
 from api.server.loops import ServerLoops
 from api.tenancy.adapter_slots import AdapterSlots
-from api.tenancy.fair_admission import FairAdmission
 from api.tenancy.billing import LedgerWriter
 from api.tenancy.config import BATCH_PRIORITY, TenancyConfig
+from api.tenancy.fair_admission import FairAdmission
 from api.tenancy.ledger import UsageLedger, default_ledger_path
-from api.tenancy.quotas import day_start, month_start
 from api.tenancy.limits_backend import LimitsBackend, MemoryLimits
 from api.tenancy.limits_redis import RedisLimits
 from api.tenancy.pricing import ComputeMeter, PriceTable
+from api.tenancy.quotas import day_start, month_start
 from engine.adapter_ids import adapter_name_of
 from engine.tracing import Tracing
 from engine.types import EngineClient

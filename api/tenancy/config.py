@@ -13,8 +13,8 @@ from typing import Annotated, Any
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, ValidationError
 
-from api.tenancy.virtual_models import VirtualModels
 from api.observability.slo import DEFAULT_SLO, SloTargets
+from api.tenancy.virtual_models import VirtualModels
 from engine.cluster.config import ClusterConfig
 
 KEY_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")

@@ -24,6 +24,7 @@ from collections.abc import Callable
 import redis
 
 from api.tenancy.config import TenantLimits
+from api.tenancy.limits_backend import LimitsUnavailable, Reservation
 from api.tenancy.quotas import (
     CONCURRENCY_RETRY_S,
     WINDOW_S,
@@ -35,7 +36,6 @@ from api.tenancy.quotas import (
     refusal,
     reset_seconds,
 )
-from api.tenancy.limits_backend import LimitsUnavailable, Reservation
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,6 @@ from api.app import create_app
 from api.batch.config import BatchConfig
 from api.config import LoraplexConfig, ServingOptions
 from api.server.build import build_server
-from api.tenancy.config import TenancyConfig
 from engine.config import EngineConfig
 from engine.types import ChoiceDelta, EngineError, EngineLoad, PositionLogprobs, TokenLogprob
 

@@ -8,14 +8,14 @@ import redis
 
 from adapters.base_model import base_model_spec
 from adapters.registry import Registry, RegistryConfig
-from api.server import running
 from api.app import create_app
 from api.config import LoraplexConfig, ServingOptions
+from api.server import running
 from api.server.build import build_server
-from engine.config import EngineConfig
 from api.tenancy.config import parse_tenancy_config
 from api.tenancy.keys import hash_key
 from api.tenancy.limits_redis import RedisLimits
+from engine.config import EngineConfig
 
 KEY = "lpx-shared"
 BODY = {"model": "fake-base", "prompt": "x", "max_tokens": 4}

@@ -8,9 +8,9 @@ from adapters.registry import Registry, RegistryConfig
 from api.app import create_app
 from api.config import LoraplexConfig, ServingOptions
 from api.server.build import build_server
-from engine.config import EngineConfig
 from api.tenancy.config import TenancyConfig
 from api.tenancy.keys import generate_key, hash_key
+from engine.config import EngineConfig
 
 VIRTUAL_MODELS = {
     "always-up": {"cascade": {"stages": ["sql-helper", "poet"], "escalate_when": {"output_matches": "."}}},

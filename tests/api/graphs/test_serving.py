@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from api.generation.virtual_model_table import GraphError
 from api.config import LoraplexConfig, ServingOptions
+from api.generation.virtual_model_table import GraphError
 from api.server.build import build_server
 from engine.config import EngineConfig
 from tests.api.graphs.conftest import graph_tenancy, tenancy_data

@@ -1,6 +1,6 @@
-from api.server import running
 from api.observability.drift import DriftConfig, DriftMonitor, DriftSample, WindowState
 from api.observability.drift_store import DriftStore
+from api.server import running
 
 
 def sample(prompt: int, mean: float | None = -1.5) -> DriftSample:

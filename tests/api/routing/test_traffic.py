@@ -8,16 +8,16 @@ from dataclasses import replace
 import pytest
 from prometheus_client import CollectorRegistry
 
+from adapters.identity import parse_model_ref
 from adapters.index import RegistryIndex
 from adapters.rollouts import FallbackChain, RolloutGuard, RolloutStore
 from api.errors import OpenAIError
-from api.generation.adapter_loading import AdapterLoadFailed
 from api.generation.accounting import OutcomeSink, RequestAccount
-from adapters.identity import parse_model_ref
+from api.generation.adapter_loading import AdapterLoadFailed
 from api.generation.resolve import Resolved, ServedModel, everything
 from api.routing.config import RoutingConfig
-from api.routing.metrics import RoutingMetrics
 from api.routing.landing import FALLBACK_HEADER, FallbackLoader
+from api.routing.metrics import RoutingMetrics
 from api.routing.traffic import ROUTE_HEADER, Traffic
 from api.tenancy.config import BATCH_PRIORITY
 from tests.adapters.test_index import push

@@ -9,9 +9,9 @@ from datetime import datetime, timezone
 import pytest
 
 from api.tenancy.config import TenantLimits
-from api.tenancy.quotas import LimitExceeded, NeverFits
 from api.tenancy.limits_backend import MemoryLimits
 from api.tenancy.limits_redis import RedisLimits
+from api.tenancy.quotas import LimitExceeded, NeverFits
 
 
 def utc(*args) -> float:
