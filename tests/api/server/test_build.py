@@ -20,7 +20,8 @@ def test_activity_names_adapters_as_clients_do_from_the_engine_and_admission():
         queue = FairAdmission(max_running=1, max_queued=8)
         held = await queue.acquire("t", 1.0, adapter="a@1")
         waiter = asyncio.ensure_future(queue.acquire("t", 1.0, adapter="d@4"))
-        await asyncio.sleep(0)
+        while queue.stats().queued == 0:  # until the waiter has joined the queue
+            await asyncio.sleep(0)
         activity = lora_activity(Engine(), queue, 4)
         queue.release(held)
         queue.release(await waiter)
