@@ -53,19 +53,29 @@ class EngineGate:
     def release(self) -> None:
         self._signal(signal.SIGCONT)
 
-    def pulse(self, seconds: float = PULSE_S) -> None:
-        self.release()
-        time.sleep(seconds)
-        self.hold()
+    def pulse(self, seconds: float = PULSE_S, server_pid: int | None = None) -> None:
+        """`server_pid`: a server held while the engine runs, so that the pulse works only on the requests the
+        server had already handed the engine, however long the pulse lasts (a busy machine can wake the test
+        process seconds late)."""
+        if server_pid is not None:
+            os.kill(server_pid, signal.SIGSTOP)
+        try:
+            self.release()
+            time.sleep(seconds)
+            self.hold()
+        finally:
+            if server_pid is not None:
+                os.kill(server_pid, signal.SIGCONT)
 
-    def pulse_until(self, condition: Callable[[], bool], timeout_s: float = 300, pulse_s: float = PULSE_S) -> None:
+    def pulse_until(self, condition: Callable[[], bool], timeout_s: float = 300, pulse_s: float = PULSE_S,
+                    server_pid: int | None = None) -> None:
         """Pulses until `condition` holds, looking after each pulse with the engine held (so the condition sees
-        a state that cannot move on)."""
+        a state that cannot move on). `server_pid`: see `pulse`."""
         deadline = time.monotonic() + timeout_s
         while not _wait(condition, SETTLE_S):
             if time.monotonic() > deadline:
                 raise AssertionError("the held engine never reached the condition")
-            self.pulse(pulse_s)
+            self.pulse(pulse_s, server_pid)
 
     def __enter__(self) -> EngineGate:
         self.hold()

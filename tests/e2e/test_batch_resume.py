@@ -51,13 +51,15 @@ def test_kill9_mid_batch_resumes_the_rest_without_running_or_billing_a_line_twic
               "body": {"model": base_model_id, "prompt": f"row {i}", "max_tokens": 48, "ignore_eos": True}}
              for i in range(LINES)]
     content = io.BytesIO("".join(json.dumps(line) + "\n" for line in lines).encode())
-    # The engine runs only in pulses until 4 lines are done, and is held at the kill: the kill lands mid-batch
-    # by construction (a pulse is a few engine steps; a line takes 48).
+    # The engine runs only in pulses until 4 lines are done, and is held at the kill. The server is held during
+    # each pulse, so a pulse can finish at most the 2 lines already in the engine, however long it lasts (a late
+    # test process once let one pulse run all 40): the kill lands mid-batch by construction.
     with EngineGate.of(process.proc.pid) as gate:
         batch = client.batches.create(
             input_file_id=client.files.create(file=("in.jsonl", content), purpose="batch").id,
             endpoint="/v1/completions", completion_window="24h")
-        gate.pulse_until(lambda: client.batches.retrieve(batch.id).request_counts.completed >= 4)
+        gate.pulse_until(lambda: client.batches.retrieve(batch.id).request_counts.completed >= 4,
+                        server_pid=process.proc.pid)
         process.kill9()
 
     store, ledger = home / "batches.sqlite", home / "usage.sqlite"
