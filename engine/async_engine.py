@@ -19,6 +19,7 @@ from vllm.v1.engine import exceptions as vllm_exceptions
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.metrics.loggers import StatLoggerBase
 
+from adapters.home import data_home
 from adapters.identity import AdapterIdentity, LocatedAdapter
 from engine.adapter_ids import AdapterIds, engine_lora_name
 from engine.config import EngineConfig
@@ -121,6 +122,10 @@ class LoraplexEngine:
 
     def start(self) -> None:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(self.config.kv_cache_gib))))
+        # The compiled graph's caches (vLLM's and inductor's), kept with the rest of loraplex's data: a restart
+        # with the same model and settings reuses the generated code.
+        os.environ.setdefault("VLLM_CACHE_ROOT", str(data_home() / "compile-cache" / "vllm"))
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(data_home() / "compile-cache" / "inductor"))
         args = AsyncEngineArgs(
             model=self.config.model,
             served_model_name=self.model_id,
@@ -139,9 +144,12 @@ class LoraplexEngine:
             structured_outputs_config=StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True),
         )
         started = time.monotonic()
-        logger.info("starting vLLM engine for %s (this takes 20-40 s on CPU)", self.model_id)
-        self._llm = AsyncLLM.from_engine_args(args, stat_loggers=[_load_logger_factory(self._load, self._step_listeners)])
-        logger.info("engine ready in %.1f s", time.monotonic() - started)
+        logger.info("starting vLLM engine for %s (20-40 s on CPU; a model's first compile adds 30-80 s)", self.model_id)
+        loggers = [_load_logger_factory(self._load, self._step_listeners)]
+        self._llm = AsyncLLM.from_engine_args(args, stat_loggers=loggers)
+        compilation = self._llm.vllm_config.compilation_config
+        logger.info("engine ready in %.1f s (compilation mode %s, backend %s)", time.monotonic() - started,
+                    compilation.mode.name, compilation.backend or "-")
 
     @property
     def llm(self) -> AsyncLLM:

@@ -93,7 +93,8 @@ SCENARIOS = {
         Scenario("kernels", "Offline throughput: vLLM's stock CPU LoRA ops vs loraplex's grouped ops, eager and native.",
                  bench_kernels.run, one_table(bench_kernels.table), bench_kernels.plot, in_quick=False,
                  models=("tiny", "mid")),
-        Scenario("mixed", "loraplex's server with the eager grouped ops and with the native kernel, interleaved: "
+        Scenario("mixed", "loraplex's server with the eager grouped ops, the native kernel and the native kernel in "
+                 "the compiled graph, and vLLM's server without LoRA as the reference, interleaved: "
                  "base-only traffic and three adapters mixed (vLLM's serving benchmark, 128 in / 64 out, "
                  "concurrency 32).", bench_serving.mixed, one_table(bench_serving.mixed_table), in_quick=False,
                  models=("tiny", "mid")),

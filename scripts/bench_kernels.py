@@ -1,10 +1,12 @@
 """Scenario `kernels`: offline engine throughput, vLLM's stock CPU LoRA ops vs loraplex's grouped ops, eager and
-native.
+native, in an eager graph and in the compiled one.
 
 Each variant runs in its own process (the kernel choice is made when vLLM loads plugins) with the same
 engine arguments, model, adapters, prompts and sampling: 32 prompts x 64 greedy tokens, all in one batch.
-Variants: `no-lora` (engine without LoRA), `stock`, `eager` (loraplex's grouped torch ops) and `native`
-(loraplex's C++ kernel), the last three LoRA-enabled engines (`LORAPLEX_LORA_KERNELS`). On the mid-size model
+Variants: `no-lora` (engine without LoRA, compiled as vLLM compiles it on CPU), `stock`, `eager` (loraplex's
+grouped torch ops), `native` (loraplex's C++ kernel), all three run eagerly as vLLM runs every LoRA engine on CPU,
+and `compiled` (the native kernel as custom ops in the compiled graph, loraplex's default): LoRA-enabled engines
+(`LORAPLEX_LORA_KERNELS`, `LORAPLEX_LORA_COMPILE`). On the mid-size model
 (`--model mid`) `stock` is left out (at a tenth of the others' speed it would take most of the run).
 """
 
@@ -27,8 +29,10 @@ from adapters.home import data_home
 
 NUM_PROMPTS = 32
 OUTPUT_TOKENS = 64
-VARIANTS = {"tiny": ("no-lora", "stock", "eager", "native"), "mid": ("no-lora", "eager", "native")}
+VARIANTS = {"tiny": ("no-lora", "stock", "eager", "native", "compiled"),
+            "mid": ("no-lora", "eager", "native", "compiled")}
 ADAPTER_COUNTS = (1, 3, 16)
+PAIRS = (("native", "eager"), ("compiled", "native"))  # compared side by side in the table
 RANKS = (16, 64)
 COUNT_SWEEP_RANK = 16
 ENGINE_ARGS = dict(dtype="float32", max_model_len=512, max_num_seqs=NUM_PROMPTS, max_loras=16,
@@ -120,8 +124,9 @@ def worker(variant: str, out_path: Path, quick: bool, repeats: int, only: str | 
 
 def _run_variant(variant: str, out_dir: Path, quick: bool, repeats: int, model: str) -> list[dict]:
     tmp, log = out_dir / f".kernels-{variant}.json", out_dir / f".kernels-{variant}.log"
-    env = {**os.environ, "LORAPLEX_LORA_KERNELS": "eager" if variant == "no-lora" else variant,
-           "VLLM_CPU_KVCACHE_SPACE": "1"}
+    kernels = {"no-lora": "eager", "compiled": "native"}.get(variant, variant)
+    env = {**os.environ, "LORAPLEX_LORA_KERNELS": kernels, "VLLM_CPU_KVCACHE_SPACE": "1",
+           "LORAPLEX_LORA_COMPILE": "on" if variant == "compiled" else "off"}
     cmd = [sys.executable, __file__, variant, str(tmp), "1" if quick else "0", str(repeats), "", model]
     with log.open("w") as engine_log:
         done = subprocess.run(cmd, env=env, stdout=sys.stderr, stderr=engine_log)
@@ -163,19 +168,18 @@ def run(out_dir: Path, quick: bool, demo: BenchModel) -> dict:
 
 
 def table(results: dict) -> tuple[list[str], list[list]]:
-    """tok/s of every variant, each LoRA variant's ratio to the engine without LoRA (base only), and native
-    against eager. Runs saved before the eager/native split name the eager ops `grouped`."""
+    """tok/s of every variant, each LoRA variant's ratio to the engine without LoRA (base only), native against
+    eager and compiled against native. Runs saved before the eager/native split name the eager ops `grouped`."""
     by_name = {v: {r["workload"]: r for r in rows} for v, rows in results["variants"].items()}
     lora_variants = [v for v in by_name if v != "no-lora"]
     headers = (["workload"] + [f"{v} tok/s" for v in by_name] + [f"{v} / no-lora" for v in lora_variants]
-               + (["native / eager"] if {"native", "eager"} <= set(by_name) else []))
+               + [f"{a} / {b}" for a, b in PAIRS if {a, b} <= set(by_name)])
     rows = []
     for name in [r["workload"] for r in results["variants"][lora_variants[0]]]:
         row = [name] + [round(by_name[v][name]["output_tokens_per_s"]) if name in by_name[v] else "-" for v in by_name]
         row += [round(by_name[v][name]["vs_engine_without_lora"], 2) for v in lora_variants]
-        if {"native", "eager"} <= set(by_name):
-            row.append(round(by_name["native"][name]["output_tokens_per_s"]
-                             / by_name["eager"][name]["output_tokens_per_s"], 2))
+        row += [round(by_name[a][name]["output_tokens_per_s"] / by_name[b][name]["output_tokens_per_s"], 2)
+                for a, b in PAIRS if {a, b} <= set(by_name)]
         rows.append(row)
     return headers, rows
 

@@ -142,11 +142,15 @@ def loraplex_command(port: int, adapters: dict[str, Path], max_loras: int, max_c
 
 
 def vllm_command(port: int, model_dir: Path, model_id: str, adapters: dict[str, Path], max_loras: int,
-                 max_cpu_loras: int) -> list[str]:
+                 max_cpu_loras: int, lora: bool = True) -> list[str]:
+    """`lora=False`: an engine without LoRA (`adapters` and the slot counts are then not used)."""
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--port", str(port), "--host", "127.0.0.1",
-           "--model", str(model_dir), "--served-model-name", model_id, "--enable-lora",
-           "--max-loras", str(max_loras), "--max-cpu-loras", str(max_cpu_loras),
+           "--model", str(model_dir), "--served-model-name", model_id,
            "--kv-cache-memory-bytes", str(KV_CACHE_GIB * 2**30)]
+    if lora:
+        cmd += ["--enable-lora", "--max-loras", str(max_loras), "--max-cpu-loras", str(max_cpu_loras)]
+    else:
+        adapters = {}
     cmd += [f"--{k.replace('_', '-')}={v}" for k, v in ENGINE.items()]
     if adapters:
         cmd += ["--lora-modules", *[f"{name}={path}" for name, path in adapters.items()]]

@@ -138,51 +138,83 @@ def lora_scaling_plot(results: dict, path: Path) -> None:
 # ---------------------------------------------------------------- mixed
 
 
-MIXED_KERNELS = ("eager", "native")
+# loraplex's server with each LoRA path: the environment it is started with.
+MIXED_VARIANTS = {
+    "eager": {"LORAPLEX_LORA_KERNELS": "eager", "LORAPLEX_LORA_COMPILE": "off"},
+    "native": {"LORAPLEX_LORA_KERNELS": "native", "LORAPLEX_LORA_COMPILE": "off"},
+    "compiled": {"LORAPLEX_LORA_KERNELS": "native", "LORAPLEX_LORA_COMPILE": "on"},
+}
 MIXED_CONCURRENCY = 32
 
 
 def mixed(out_dir: Path, quick: bool, demo: BenchModel) -> dict:
-    """loraplex's server with each LoRA kernel (`LORAPLEX_LORA_KERNELS`), interleaved A B A B over rounds: the same
-    load with base-model traffic only and with the three demo adapters round-robin. mixed / base-only is what
-    adapters cost; each round's ratio is reported, so their spread shows the machine's noise."""
+    """loraplex's server with each LoRA path (the eager grouped ops, the native kernel, the native kernel in the
+    compiled graph) and vLLM's own server without LoRA as the reference, interleaved over rounds: the same load
+    with base-model traffic only and, on loraplex, with the three demo adapters round-robin. Each round's ratios
+    are reported, so their spread shows the machine's noise."""
     adapters = list(demo.adapter_dirs)
     rounds = 1 if quick else 3
     num_prompts = (96 if quick else 192) // (2 if demo.name == "mid" else 1)
-    runs: dict[str, list[dict]] = {k: [] for k in MIXED_KERNELS}
+    runs: dict[str, list[dict]] = {k: [] for k in MIXED_VARIANTS}
+    reference: list[float] = []
+
+    def load(url: str, loras: list[str]) -> dict:
+        return vllm_bench(url, demo.model_id, demo.model_dir, MIXED_CONCURRENCY, num_prompts, loras, input_len=128,
+                          output_len=64)
+
     for r in range(rounds):
-        for kernel in MIXED_KERNELS:
+        port = free_port()
+        say(f"mixed: round {r + 1}/{rounds}, vLLM's server without LoRA: starting")
+        with running(vllm_command(port, demo.model_dir, demo.model_id, {}, 0, 0, lora=False), port,
+                     out_dir / ".mixed-no-lora.log") as url:
+            reference.append(load(url, [])["output_throughput"])
+            say(f"  no-lora  base  {reference[-1]:7.0f} tok/s")
+        for variant, env in MIXED_VARIANTS.items():
             port = free_port()
             cmd = loraplex_command(port, demo.adapter_dirs, 4, 8, demo.model_dir)
-            say(f"mixed: round {r + 1}/{rounds}, {kernel} kernel: starting server")
-            with running(cmd, port, out_dir / f".mixed-{kernel}.log", env={"LORAPLEX_LORA_KERNELS": kernel}) as base:
+            say(f"mixed: round {r + 1}/{rounds}, {variant}: starting server")
+            with running(cmd, port, out_dir / f".mixed-{variant}.log", env=env) as url:
                 row = {}
                 for workload, loras in (("base", []), ("mixed", adapters)):
-                    row[workload] = vllm_bench(base, demo.model_id, demo.model_dir, MIXED_CONCURRENCY, num_prompts,
-                                               loras, input_len=128, output_len=64)
-                    say(f"  {kernel:6s} {workload:5s} {row[workload]['output_throughput']:7.0f} tok/s")
+                    row[workload] = load(url, loras)
+                    say(f"  {variant:8s} {workload:5s} {row[workload]['output_throughput']:7.0f} tok/s")
                 row["ratio"] = row["mixed"]["output_throughput"] / row["base"]["output_throughput"]
-                runs[kernel].append(row)
+                row["mixed_vs_no_lora"] = row["mixed"]["output_throughput"] / reference[-1]
+                row["base_vs_no_lora"] = row["base"]["output_throughput"] / reference[-1]
+                runs[variant].append(row)
     summary = []
-    for kernel, rows in runs.items():
+    for variant, rows in runs.items():
         summary.append({
-            "kernel": kernel,
+            "kernel": variant,
             "base_tok_s": statistics.fmean(r["base"]["output_throughput"] for r in rows),
             "mixed_tok_s": statistics.fmean(r["mixed"]["output_throughput"] for r in rows),
             "ratio_per_round": [r["ratio"] for r in rows],
+            "base_vs_no_lora_per_round": [r["base_vs_no_lora"] for r in rows],
+            "mixed_vs_no_lora_per_round": [r["mixed_vs_no_lora"] for r in rows],
             "mixed_ttft_p99_ms": statistics.fmean(r["mixed"]["p99_ttft_ms"] for r in rows),
             "base_ttft_p99_ms": statistics.fmean(r["base"]["p99_ttft_ms"] for r in rows),
         })
     return {"model": demo.model_id, "rounds": rounds, "adapters": adapters, "num_prompts": num_prompts,
-            "concurrency": MIXED_CONCURRENCY, "input_len": 128, "output_len": 64, "runs": runs, "summary": summary}
+            "concurrency": MIXED_CONCURRENCY, "input_len": 128, "output_len": 64, "no_lora_tok_s": reference,
+            "runs": runs, "summary": summary}
 
 
 def mixed_table(results: dict):
+    """Runs saved before the no-LoRA reference have no `... / no-lora` columns."""
+    with_reference = "no_lora_tok_s" in results
     headers = ["kernel", "base only tok/s", "3 adapters mixed tok/s", "mixed / base (mean)", "per round",
                "base TTFT p99 ms", "mixed TTFT p99 ms"]
-    rows = [[s["kernel"], round(s["base_tok_s"]), round(s["mixed_tok_s"]),
-             round(statistics.fmean(s["ratio_per_round"]), 3), ", ".join(f"{r:.3f}" for r in s["ratio_per_round"]),
-             round(s["base_ttft_p99_ms"]), round(s["mixed_ttft_p99_ms"])] for s in results["summary"]]
+    if with_reference:
+        headers += ["base / no-lora per round", "mixed / no-lora per round"]
+    rows = []
+    for s in results["summary"]:
+        row = [s["kernel"], round(s["base_tok_s"]), round(s["mixed_tok_s"]),
+               round(statistics.fmean(s["ratio_per_round"]), 3), ", ".join(f"{r:.3f}" for r in s["ratio_per_round"]),
+               round(s["base_ttft_p99_ms"]), round(s["mixed_ttft_p99_ms"])]
+        if with_reference:
+            row += [", ".join(f"{r:.2f}" for r in s[key]) for key in ("base_vs_no_lora_per_round",
+                                                                      "mixed_vs_no_lora_per_round")]
+        rows.append(row)
     return headers, rows
 
 

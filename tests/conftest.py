@@ -41,6 +41,25 @@ def private_data_home(tmp_path_factory):
     os.environ.pop("LORAPLEX_HOME", None)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_compile_cache(tmp_path_factory):
+    """Every server of the session compiles its engine into one cache (vLLM's and inductor's), so only the first
+    engine of a model pays the cold compile (~30 s for tiny); each server's own data home would start cold."""
+    names = ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR")
+    unset = [name for name in names if not os.environ.get(name)]
+    root = tmp_path_factory.mktemp("compile-cache")
+    for name in unset:
+        os.environ[name] = str(root / name.lower())
+    yield
+    for name in unset:
+        os.environ.pop(name, None)
+
+
+# Servers whose claims do not depend on the compiled graph run their engine eagerly: SmolLM2's cold compile costs
+# ~75 s on two cores. The session's tiny server keeps the default (compiled), and its exactness tests cover that path.
+EAGER = {"LORAPLEX_LORA_COMPILE": "off"}
+
+
 @pytest.fixture(scope="session")
 def demo_home(tmp_path_factory) -> Path:
     from adapters.demo.assets import DemoConfig, ensure_demo_assets
@@ -415,7 +434,7 @@ def smollm2_process(smollm2_assets):
     log_path = ARTIFACTS / "server-smollm2.log"
     log_path.write_text("")
     home = smollm2_assets.model_dir.parents[1]
-    env = {**os.environ, "LORAPLEX_HOME": str(home), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    env = {**os.environ, "LORAPLEX_HOME": str(home), "VLLM_CPU_KVCACHE_SPACE": "1", **EAGER}
     argv = [sys.executable, "-m", "api.cli", "serve", "--demo", "smollm2", "--max-num-seqs", "32",
             "--max-loras", "4", "--max-cpu-loras", "4", "--drain-timeout-s", "10"]
     process = ServerProcess(argv, env, log_path)

@@ -20,7 +20,7 @@ import os
 import torch
 from vllm.logger import init_logger
 
-from engine.worker import native_ops
+from engine.worker import compiled_ops, native_ops
 from engine.worker.batch_plan import BatchPlan, Segments, plan_batch, segments
 from engine.worker.fused_ops import FusedWeightCache, ZeroWeights, fused_expand, fused_shrink
 from engine.worker.grouped_ops import grouped_expand, grouped_shrink
@@ -40,10 +40,10 @@ _NATIVE_DTYPES = (torch.float32, torch.bfloat16)
 VERIFIED_VLLM_VERSIONS = frozenset({"0.32.0"})
 
 
-def make_grouped_wrapper(base: type, native: bool = False) -> type:
+def make_grouped_wrapper(base: type, native: bool = False, compiled: bool = False) -> type:
     """A subclass of vLLM's PunicaWrapperCPU whose linear LoRA ops are grouped by adapter; with `native`,
-    `add_lora_embedding` is grouped too, and skipped when no adapter targets the embeddings.
-`add_lora_linear` and `add_lora_logits` run the native kernel."""
+    `add_lora_linear` and `add_lora_logits` run the native kernel. With `compiled`, the ops a compiled forward
+    calls go through loraplex's custom ops (`engine.worker.compiled_ops`), which run the `eager_*` methods."""
 
     class GroupedPunicaWrapperCPU(base):
         _plan: BatchPlan = BatchPlan((), None)
@@ -52,6 +52,11 @@ def make_grouped_wrapper(base: type, native: bool = False) -> type:
         _segments: Segments | None = None
         _sampler_segments: Segments | None = None
         uses_native_kernel = native
+        uses_custom_ops = compiled
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.op_id = compiled_ops.register_wrapper(self)
 
         def update_metadata(self, *args, **kwargs):
             super().update_metadata(*args, **kwargs)
@@ -83,6 +88,12 @@ def make_grouped_wrapper(base: type, native: bool = False) -> type:
             return self._plan
 
         def add_shrink(self, y, x, lora_a_stacked, scale, **kwargs):
+            if compiled:
+                torch.ops.loraplex.lora_shrink(y, x, list(lora_a_stacked), scale, self.op_id)
+            else:
+                self.eager_add_shrink(y, x, lora_a_stacked, scale)
+
+        def eager_add_shrink(self, y, x, lora_a_stacked, scale):
             x = x.view(-1, x.shape[-1])
             plan = self._plan_for(x)
             if not plan.groups:
@@ -94,6 +105,13 @@ def make_grouped_wrapper(base: type, native: bool = False) -> type:
                 grouped_shrink(y[i].view(-1, y[i].shape[-1]), x, lora_a, plan, scale)
 
         def add_expand(self, y, x, lora_b_stacked, output_slices, offset_start=0, add_inputs=True, **kwargs):
+            if compiled:
+                torch.ops.loraplex.lora_expand(y, x, list(lora_b_stacked), list(output_slices), offset_start,
+                                               add_inputs, self.op_id)
+            else:
+                self.eager_add_expand(y, x, lora_b_stacked, output_slices, offset_start, add_inputs)
+
+        def eager_add_expand(self, y, x, lora_b_stacked, output_slices, offset_start=0, add_inputs=True):
             flat = y.view(-1, y.shape[-1])
             plan = self._plan_for(flat)
             if not plan.groups:
@@ -109,6 +127,16 @@ def make_grouped_wrapper(base: type, native: bool = False) -> type:
 
         def add_lora_linear(self, y, x, lora_a_stacked, lora_b_stacked, scale, output_slices, *, buffer=None,
                             **kwargs):
+            """A caller's `buffer` (an intermediate no caller reads back) is not passed to the custom op."""
+            if compiled:
+                torch.ops.loraplex.lora_linear(y, x, list(lora_a_stacked), list(lora_b_stacked), scale,
+                                               list(output_slices), kwargs.get("add_inputs", True), self.op_id)
+            else:
+                self.eager_add_lora_linear(y, x, lora_a_stacked, lora_b_stacked, scale, output_slices,
+                                           buffer=buffer, **kwargs)
+
+        def eager_add_lora_linear(self, y, x, lora_a_stacked, lora_b_stacked, scale, output_slices, *,
+                                  buffer=None, **kwargs):
             """Without adapters in the batch, not even the intermediate buffers are allocated."""
             if not self._plan.groups:
                 return
@@ -122,10 +150,16 @@ def make_grouped_wrapper(base: type, native: bool = False) -> type:
                 # Zeroed: the fused ops skip the rank columns no adapter uses (engine.worker.fused_ops).
                 shape = (len(output_slices), x.view(-1, x.shape[-1]).shape[0], lora_b_stacked[0].shape[-1])
                 buffer = torch.zeros(shape, dtype=torch.float32)
-            self.add_shrink(buffer, x, lora_a_stacked, scale)
-            self.add_expand(y, buffer, lora_b_stacked, output_slices, add_inputs=True)
+            self.eager_add_shrink(buffer, x, lora_a_stacked, scale)
+            self.eager_add_expand(y, buffer, lora_b_stacked, output_slices, add_inputs=True)
 
         def add_lora_embedding(self, y, x, lora_b_stacked, add_inputs=True, **kwargs):
+            if compiled:
+                torch.ops.loraplex.lora_embedding(y, x, lora_b_stacked, add_inputs, self.op_id)
+            else:
+                self.eager_add_lora_embedding(y, x, lora_b_stacked, add_inputs)
+
+        def eager_add_lora_embedding(self, y, x, lora_b_stacked, add_inputs=True):
             """Embedding LoRA: nothing when no adapter in the batch targets the embeddings (their stacked B is all
             zero), else one matmul per adapter (x: [tokens, rank] rows of the stacked embedding A)."""
             if not self._plan.groups or self.__dict__.setdefault("_zero", ZeroWeights())(lora_b_stacked):
@@ -188,9 +222,13 @@ def install() -> bool:
     current = punica_cpu.PunicaWrapperCPU
     if current.__name__ == "GroupedPunicaWrapperCPU":
         return True
-    native = use_native(choice())
+    native, compiled = use_native(choice()), compiled_ops.wanted()
+    if compiled:
+        compiled_ops.register_ops()
     # The platform names its wrapper by qualname; vLLM resolves it through this module attribute.
-    punica_cpu.PunicaWrapperCPU = make_grouped_wrapper(current, native)
+    punica_cpu.PunicaWrapperCPU = make_grouped_wrapper(current, native, compiled)
+    if compiled:
+        compiled_ops.lift_eager_rule()
     if native:
         logger.info("loraplex: grouped LoRA ops installed for the CPU punica wrapper, native kernel "
                     "(engine/worker/csrc/lora_kernel.cpp)")

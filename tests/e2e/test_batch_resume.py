@@ -16,7 +16,7 @@ import time
 import pytest
 from openai import OpenAI
 
-from tests.conftest import ARTIFACTS, TINY, ServerProcess
+from tests.conftest import ARTIFACTS, EAGER, TINY, ServerProcess
 from tests.engine_gate import EngineGate
 
 LINES = 40
@@ -29,7 +29,7 @@ def resumable(demo_home, tmp_path_factory):
     log_path = ARTIFACTS / "server-resume.log"
     log_path.write_text("")
     env = {**os.environ, "LORAPLEX_HOME": str(home), "LORAPLEX_DEMO_HOME": str(demo_home),
-           "VLLM_CPU_KVCACHE_SPACE": "1"}
+           "VLLM_CPU_KVCACHE_SPACE": "1", **EAGER}
     argv = [sys.executable, "-m", "api.cli", "serve", "--demo", TINY, "--max-num-seqs", "8",
             "--batch-max-running-lines", "2", "--drain-timeout-s", "5"]
     process = ServerProcess(argv, env, log_path)

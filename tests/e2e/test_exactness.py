@@ -125,3 +125,12 @@ def test_engine_processes_run_loraplex_lora_ops(server):
     worker_lines = [line for line in log if line.startswith(("(Worker", "(VllmWorker"))]
     assert any("grouped LoRA ops installed" in line and "native kernel" in line for line in worker_lines)
     assert any("patched vLLM CPU LoRA ops" in line for line in worker_lines)
+
+
+def test_the_session_engine_is_compiled_with_lora_ops_in_its_graph(server):
+    """The exactness above is of the compiled engine (`make serve`'s default), not of vLLM's eager fallback for LoRA:
+    the engine core lifted the rule and the engine reports a compilation mode other than NONE."""
+    log = (Path(__file__).resolve().parents[2] / "artifacts" / "server.log").read_text().splitlines()
+    assert any(line.startswith("(EngineCore") and "LoRA engine compiled like one without LoRA" in line for line in log)
+    ready = [line for line in log if "engine ready in" in line]
+    assert ready and "compilation mode NONE" not in ready[0] and "compilation mode" in ready[0]

@@ -120,6 +120,12 @@ def test_scenario_tables_on_fixtures(tmp_path):
     assert headers[-1] == "native / eager"
     assert rows[1] == ["3 adapters r16", "-", 10, 40, 80, 0.1, 0.4, 0.8, 2.0]
     assert bench_serving.mixed_table(MIXED_FIXTURE)[1] == [["native", 100, 90, 0.9, "0.880, 0.920", 50, 60]]
+    with_reference = {"no_lora_tok_s": [110.0, 100.0], "summary": [
+        {**MIXED_FIXTURE["summary"][0], "base_vs_no_lora_per_round": [0.91, 1.0],
+         "mixed_vs_no_lora_per_round": [0.8, 0.9]}]}
+    headers, rows = bench_serving.mixed_table(with_reference)
+    assert headers[-2:] == ["base / no-lora per round", "mixed / no-lora per round"]
+    assert rows[0][-2:] == ["0.91, 1.00", "0.80, 0.90"]
     bench_kernels.plot(KERNEL_FIXTURE, tmp_path / "k.png")
     assert (tmp_path / "k.png").stat().st_size > 0
 
