@@ -14,6 +14,7 @@ from vllm.config import StructuredOutputsConfig
 from vllm.exceptions import VLLMClientError
 from vllm.inputs import TokensPrompt
 from vllm.lora.request import LoRARequest
+from vllm.platforms import current_platform
 from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine import exceptions as vllm_exceptions
 from vllm.v1.engine.async_llm import AsyncLLM
@@ -23,6 +24,7 @@ from adapters.home import data_home
 from adapters.identity import AdapterIdentity, LocatedAdapter
 from engine.adapter_ids import AdapterIds, engine_lora_name
 from engine.config import EngineConfig
+from engine.dtype import cpu_flags, resolve_dtype
 from engine.types import (
     ChoiceDelta,
     EngineDeadError,
@@ -129,7 +131,7 @@ class LoraplexEngine:
         args = AsyncEngineArgs(
             model=self.config.model,
             served_model_name=self.model_id,
-            dtype=self.config.dtype,
+            dtype=resolve_dtype(self.config.dtype, on_cpu=current_platform.is_cpu(), flags=cpu_flags()),
             max_model_len=self.config.max_model_len,
             max_num_seqs=self.config.max_num_seqs,
             enable_lora=True,
@@ -148,8 +150,8 @@ class LoraplexEngine:
         loggers = [_load_logger_factory(self._load, self._step_listeners)]
         self._llm = AsyncLLM.from_engine_args(args, stat_loggers=loggers)
         compilation = self._llm.vllm_config.compilation_config
-        logger.info("engine ready in %.1f s (compilation mode %s, backend %s)", time.monotonic() - started,
-                    compilation.mode.name, compilation.backend or "-")
+        logger.info("engine ready in %.1f s (%s, compilation mode %s, backend %s)", time.monotonic() - started,
+                    self._llm.vllm_config.model_config.dtype, compilation.mode.name, compilation.backend or "-")
 
     @property
     def llm(self) -> AsyncLLM:

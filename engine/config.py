@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from engine.dtype import Dtype
 
 # vLLM accepts only these LoRA ranks (vllm/config/lora.py: MaxLoRARanks).
 SUPPORTED_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -19,8 +19,9 @@ class EngineConfig(BaseModel):
     served_model_name: str | None = Field(
         default=None, description="Model id clients use for the base model (default: from the checkpoint)."
     )
-    dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        default="float32", description="Weights and activations dtype; float32 is exact against HF."
+    dtype: Dtype = Field(
+        default="auto", description="Weights and activations dtype. auto: bfloat16 on a CPU that computes it "
+        "natively (AVX512-BF16, AMX), else float32; on GPUs vLLM's choice. float32 is exact against HF."
     )
     max_model_len: int = Field(default=1024, ge=16, description="Context length: prompt plus completion.")
     max_num_seqs: int = Field(default=64, ge=1, description="Most sequences the engine batches per step.")

@@ -58,6 +58,8 @@ def shared_compile_cache(tmp_path_factory):
 # Servers whose claims do not depend on the compiled graph run their engine eagerly: SmolLM2's cold compile costs
 # ~75 s on two cores. The session's tiny server keeps the default (compiled), and its exactness tests cover that path.
 EAGER = {"LORAPLEX_LORA_COMPILE": "off"}
+# Test servers pass `--dtype float32`: exactness against transformers + peft holds in float32, and the default
+# (auto) is bfloat16 on a CPU that has it.
 
 
 @pytest.fixture(scope="session")
@@ -267,7 +269,7 @@ def server_process(demo_home, adapter_dirs, tenants_file):
     log_path = ARTIFACTS / "server.log"
     log_path.write_text("")
     env = {**os.environ, "LORAPLEX_HOME": str(demo_home), "VLLM_CPU_KVCACHE_SPACE": "1"}
-    argv = [sys.executable, "-m", "api.cli", "serve", "--demo", TINY, "--max-num-seqs", "32",
+    argv = [sys.executable, "-m", "api.cli", "serve", "--demo", TINY, "--dtype", "float32", "--max-num-seqs", "32",
             "--config", str(tenants_file),
             # Two slots for four demo adapters and up to 200 published ones: slots are rewritten all the
             # time, and the last slot is occupied, which is what vllm#48421 leaks into.
@@ -435,7 +437,7 @@ def smollm2_process(smollm2_assets):
     log_path.write_text("")
     home = smollm2_assets.model_dir.parents[1]
     env = {**os.environ, "LORAPLEX_HOME": str(home), "VLLM_CPU_KVCACHE_SPACE": "1", **EAGER}
-    argv = [sys.executable, "-m", "api.cli", "serve", "--demo", "smollm2", "--max-num-seqs", "32",
+    argv = [sys.executable, "-m", "api.cli", "serve", "--demo", "smollm2", "--dtype", "float32", "--max-num-seqs", "32",
             "--max-loras", "4", "--max-cpu-loras", "4", "--drain-timeout-s", "10"]
     process = ServerProcess(argv, env, log_path)
     process.start()

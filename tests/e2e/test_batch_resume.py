@@ -30,7 +30,7 @@ def resumable(demo_home, tmp_path_factory):
     log_path.write_text("")
     env = {**os.environ, "LORAPLEX_HOME": str(home), "LORAPLEX_DEMO_HOME": str(demo_home),
            "VLLM_CPU_KVCACHE_SPACE": "1", **EAGER}
-    argv = [sys.executable, "-m", "api.cli", "serve", "--demo", TINY, "--max-num-seqs", "8",
+    argv = [sys.executable, "-m", "api.cli", "serve", "--demo", TINY, "--dtype", "float32", "--max-num-seqs", "8",
             "--batch-max-running-lines", "2", "--drain-timeout-s", "5"]
     process = ServerProcess(argv, env, log_path)
     process.start()

@@ -40,7 +40,8 @@ def cluster(demo_home, adapter_dirs, tenants_file, tmp_path_factory, collector):
     log_path.write_text("")
     env = {**os.environ, "LORAPLEX_HOME": str(demo_home), "VLLM_CPU_KVCACHE_SPACE": "1"}
     ledger = tmp_path_factory.mktemp("cluster") / "usage.sqlite"
-    argv = [sys.executable, "-m", "api.cli", "serve", "--demo", TINY, "--config", str(tenants_file),
+    argv = [sys.executable, "-m", "api.cli", "serve", "--demo", TINY, "--dtype", "float32",
+            "--config", str(tenants_file),
             "--replicas", "2", "--affinity-max-ongoing", "2", "--replica-stats-period-s", "0.5",
             "--max-loras", "2", "--max-cpu-loras", "4", "--max-num-seqs", "16", "--max-model-len", "1024",
             "--kv-cache-gib", "0.25", "--ledger-url", str(ledger), "--drain-timeout-s", "10",

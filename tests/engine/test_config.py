@@ -8,7 +8,7 @@ from engine.config import EngineConfig
 
 def test_defaults_are_valid():
     config = EngineConfig(model="/m")
-    assert config.dtype == "float32" and config.max_loras <= config.max_cpu_loras
+    assert config.dtype == "auto" and config.max_loras <= config.max_cpu_loras
 
 
 @pytest.mark.parametrize("fields,fragment", [
