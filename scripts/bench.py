@@ -90,7 +90,8 @@ SCENARIOS = {
                  "default (power of two) against one engine: cold loads and TTFT under Zipf traffic over 64 adapters, "
                  "and the latency the Ray hop adds per request and per token.",
                  on_tiny(bench_cluster.run), bench_cluster.tables, in_quick=False),
-        Scenario("kernels", "Offline throughput: vLLM's stock CPU LoRA ops vs loraplex's grouped ops, eager and native.",
+        Scenario("kernels", "Offline throughput: vLLM's stock CPU LoRA ops vs loraplex's grouped ops, eager and "
+                 "native, and the native kernel in the compiled graph, against an engine without LoRA.",
                  bench_kernels.run, one_table(bench_kernels.table), bench_kernels.plot, in_quick=False,
                  models=("tiny", "mid")),
         Scenario("mixed", "loraplex's server with the eager grouped ops, the native kernel and the native kernel in "
