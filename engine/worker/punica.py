@@ -52,7 +52,6 @@ def make_grouped_wrapper(base: type, native: bool = False, compiled: bool = Fals
         _segments: Segments | None = None
         _sampler_segments: Segments | None = None
         uses_native_kernel = native
-        uses_custom_ops = compiled
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
