@@ -52,7 +52,7 @@ class EngineCall:
     discard_output: bool = False
 
 
-async def run_calls(
+def run_calls(
     engine: EngineClient, adapter: LocatedAdapter | None, calls: list[EngineCall], account: RequestAccount,
     cache_salt: str | None = None,
 ) -> AsyncIterator[ChoiceDelta]:
@@ -64,9 +64,12 @@ async def run_calls(
     account.prompt_tokens = sum(len(c.prompt_token_ids) for c in calls)
     if len(calls) == 1:
         # The common case streams straight through: no pump task, no queue hop per engine step.
-        async for delta in _run_one(engine, adapter, calls[0], account, cache_salt):
-            yield delta
-        return
+        return _run_one(engine, adapter, calls[0], account, cache_salt)
+    return _run_many(engine, adapter, calls, account, cache_salt)
+
+
+async def _run_many(engine: EngineClient, adapter: LocatedAdapter | None, calls: list[EngineCall],
+                    account: RequestAccount, cache_salt: str | None) -> AsyncIterator[ChoiceDelta]:
     queue: asyncio.Queue[ChoiceDelta | OpenAIError | None] = asyncio.Queue()
 
     async def pump(call: EngineCall) -> None:

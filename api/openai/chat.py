@@ -15,6 +15,7 @@ from api.generation.fanout import EngineCall, collect_choices, collected_deltas
 from api.generation.resolve import ServedModel
 from api.generation.sse import sse
 from api.input_limits import check_request_size
+from api.openai.chunks import ChatTextChunks
 from api.openai.parameters import refuse_unsupported
 from api.openai.protocol import (
     AssistantMessage,
@@ -136,20 +137,33 @@ async def _auto_streamed(req: ChatCompletionRequest,
                               token_ids=list(d.token_ids) if req.return_token_ids else None)
 
 
-async def _streamed(req: ChatCompletionRequest, forced: NamedToolChoice | None,
-                    deltas: AsyncIterator[ChoiceDelta]) -> AsyncIterator[ChatChunkChoice]:
-    """A chunk per delta: text, or a forced function's arguments as they are generated (a choice's first call
-    delta carries the call's id and name, as the openai SDK accumulates them)."""
+def _text_choice(req: ChatCompletionRequest, d: ChoiceDelta) -> ChatChunkChoice:
+    return ChatChunkChoice(index=d.index, delta=DeltaMessage(content=d.text) if d.text else DeltaMessage(),
+                           logprobs=chat_logprobs(d.logprobs), finish_reason=d.finish_reason,
+                           token_ids=list(d.token_ids) if req.return_token_ids else None)
+
+
+async def _text_choices(req: ChatCompletionRequest,
+                        deltas: AsyncIterator[ChoiceDelta]) -> AsyncIterator[ChatChunkChoice]:
+    async for d in deltas:
+        yield _text_choice(req, d)
+
+
+async def _streamed_call(req: ChatCompletionRequest, forced: NamedToolChoice,
+                         deltas: AsyncIterator[ChoiceDelta]) -> AsyncIterator[ChatChunkChoice]:
+    """A chunk per delta: the forced function's arguments as they are generated (a choice's first call delta
+    carries the call's id and name, as the openai SDK accumulates them)."""
     call_ids: dict[int, str] = {}
     async for d in deltas:
-        delta = DeltaMessage(content=d.text) if d.text else DeltaMessage()
-        if forced is not None and d.text:
-            head = d.index not in call_ids
-            if head:
-                call_ids[d.index] = ToolCall(function=FunctionCall(name=forced.function.name, arguments="")).id
-            delta = DeltaMessage(tool_calls=[ToolCallDelta(
-                index=0, id=call_ids[d.index] if head else None, type="function" if head else None,
-                function=FunctionCallDelta(name=forced.function.name if head else None, arguments=d.text))])
+        if not d.text:
+            yield _text_choice(req, d)
+            continue
+        head = d.index not in call_ids
+        if head:
+            call_ids[d.index] = ToolCall(function=FunctionCall(name=forced.function.name, arguments="")).id
+        delta = DeltaMessage(tool_calls=[ToolCallDelta(
+            index=0, id=call_ids[d.index] if head else None, type="function" if head else None,
+            function=FunctionCallDelta(name=forced.function.name if head else None, arguments=d.text))])
         yield ChatChunkChoice(index=d.index, delta=delta, logprobs=chat_logprobs(d.logprobs),
                               finish_reason=d.finish_reason,
                               token_ids=list(d.token_ids) if req.return_token_ids else None)
@@ -188,12 +202,20 @@ class ChatService(GenerationService[ChatCompletionRequest]):
     def choice_stream(self, req: ChatCompletionRequest,
                       deltas: AsyncIterator[ChoiceDelta]) -> AsyncIterator[ChatChunkChoice]:
         """The chunks' choices after the first (the role) chunk."""
+        calls = self.call_stream(req, deltas)
+        return calls if calls is not None else _text_choices(req, deltas)
+
+    def call_stream(self, req: ChatCompletionRequest,
+                    deltas: AsyncIterator[ChoiceDelta]) -> AsyncIterator[ChatChunkChoice] | None:
+        """The chunks' choices after the first (the role) chunk where calls may be streamed; None for text only."""
         forced = req.forced_tool_choice()
         if self.parses_calls(req):
             return _auto_streamed(req, deltas)
-        if forced is not None and not isinstance(forced, NamedToolChoice):
+        if forced is None:
+            return None
+        if not isinstance(forced, NamedToolChoice):
             return _whole_calls(req, forced, deltas)  # `required`: calls are known once their JSON is whole
-        return _streamed(req, forced, deltas)
+        return _streamed_call(req, forced, deltas)
 
     def render_prompt(self, req: ChatCompletionRequest, add_generation_prompt: bool = True) -> list[int]:
         tokenizer = self.engine.tokenizer()
@@ -227,15 +249,25 @@ class ChatService(GenerationService[ChatCompletionRequest]):
                             calls: list[EngineCall], deltas: AsyncIterator[ChoiceDelta],
                             account: RequestAccount) -> AsyncIterator[str]:
         deltas = json_safe(req, deltas)
+        model = served.id
 
         def chunk(choices, usage=None) -> str:
-            return sse(ChatCompletionChunk(id=response_id, created=created, model=served.id, choices=choices,
-                                           usage=usage))
+            return sse(ChatCompletionChunk(id=response_id, created=created, model=model, choices=choices, usage=usage))
 
         yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=""))
                      for i in range(req.n)])
-        async for choice in self.choice_stream(req, deltas):
-            yield chunk([choice])
+        call_choices = self.call_stream(req, deltas)
+        if call_choices is not None:
+            async for choice in call_choices:
+                yield chunk([choice])
+        else:
+            text_chunks = ChatTextChunks(response_id, created, model)
+            async for d in deltas:
+                if d.logprobs is None:
+                    yield text_chunks.line(d.index, d.text or None, d.finish_reason,
+                                           d.token_ids if req.return_token_ids else None)
+                else:
+                    yield chunk([_text_choice(req, d)])
         if req.stream_options is not None and req.stream_options.include_usage:
             yield chunk([], usage=usage_of(account))
 

@@ -11,6 +11,7 @@ from api.generation.fanout import EngineCall
 from api.generation.resolve import ServedModel
 from api.generation.sse import sse
 from api.input_limits import check_request_size
+from api.openai.chunks import CompletionTextChunks
 from api.openai.echo import EchoPosition, pieces
 from api.openai.parameters import refuse_unsupported
 from api.openai.protocol import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse
@@ -86,20 +87,35 @@ class CompletionService(GenerationService[CompletionRequest]):
                             calls: list[EngineCall], deltas: AsyncIterator[ChoiceDelta],
                             account: RequestAccount) -> AsyncIterator[str]:
         deltas = json_safe(req, deltas)
+        model = served.id
+        text_chunks = CompletionTextChunks(response_id, created, model)
+        if not req.echo and req.logprobs is None:  # plain text: a chunk per delta, nothing else to add
+            async for d in deltas:
+                yield text_chunks.line(d.index, d.text, d.finish_reason, d.token_ids if req.return_token_ids else None)
+        else:
+            async for line in self._echo_or_logprob_lines(req, response_id, created, model, calls, deltas,
+                                                          text_chunks):
+                yield line
+        if req.stream_options is not None and req.stream_options.include_usage:
+            yield sse(CompletionResponse(id=response_id, created=created, model=model, choices=[],
+                                         usage=usage_of(account)))
+
+    async def _echo_or_logprob_lines(self, req: CompletionRequest, response_id: str, created: int, model: str,
+                                     calls: list[EngineCall], deltas: AsyncIterator[ChoiceDelta],
+                                     text_chunks: CompletionTextChunks) -> AsyncIterator[str]:
         offsets: dict[int, int] = {}
         async for piece in pieces(req, calls, deltas, self.engine.tokenizer()):
             d = piece.delta
-            logprobs = None
-            if piece.positions is not None:
-                logprobs = completion_logprobs(piece.positions, offsets.get(d.index, 0))
-            offsets[d.index] = offsets.get(d.index, 0) + len(piece.text)
-            choice = CompletionChoice(index=d.index, text=piece.text, logprobs=logprobs,
-                                      finish_reason=d.finish_reason,
-                                      token_ids=list(d.token_ids) if req.return_token_ids else None)
-            yield sse(CompletionResponse(id=response_id, created=created, model=served.id, choices=[choice]))
-        if req.stream_options is not None and req.stream_options.include_usage:
-            yield sse(CompletionResponse(id=response_id, created=created, model=served.id, choices=[],
-                                         usage=usage_of(account)))
+            token_ids = d.token_ids if req.return_token_ids else None
+            offset = offsets.get(d.index, 0)
+            offsets[d.index] = offset + len(piece.text)
+            if piece.positions is None:  # echo without logprobs
+                yield text_chunks.line(d.index, piece.text, d.finish_reason, token_ids)
+                continue
+            logprobs = completion_logprobs(piece.positions, offset)
+            choice = CompletionChoice(index=d.index, text=piece.text, logprobs=logprobs, finish_reason=d.finish_reason,
+                                      token_ids=None if token_ids is None else list(token_ids))
+            yield sse(CompletionResponse(id=response_id, created=created, model=model, choices=[choice]))
 
     async def collect(self, req: CompletionRequest, served: ServedModel, response_id: str, created: int,
                       calls: list[EngineCall], deltas: AsyncIterator[ChoiceDelta],
