@@ -50,7 +50,7 @@ def overhead(out_dir: Path, quick: bool, demo: BenchModel) -> dict:
             with running_process(cmd, port, out_dir / f".overhead-{server}.log") as (base, proc):
                 for c in concurrencies:
                     cpu_before = cpu_seconds(proc.pid)
-                    result = vllm_bench(base, demo.model_id, demo.model_dir, c, max(16, 2 * c), list(adapters))
+                    result = vllm_bench(base, demo.model_id, demo.model_dir, c, max(64, 4 * c), list(adapters))
                     tokens = result["output_throughput"] * result["duration"]
                     result["api_cpu_ms_per_token"] = (cpu_seconds(proc.pid) - cpu_before) * 1000 / tokens
                     runs[server].setdefault(c, []).append(result)
