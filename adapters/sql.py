@@ -109,6 +109,10 @@ class Database(ABC):
         """A transaction that holds `lock_key`'s writer lock (across processes) from its start."""
 
     @abstractmethod
+    def batch(self) -> AbstractContextManager[Database]:
+        """A transaction whose statements commit together or not at all, holding no writer lock of its own."""
+
+    @abstractmethod
     def read(self) -> AbstractContextManager[Database]:
         """A read-only transaction: one consistent snapshot."""
 
@@ -154,6 +158,9 @@ class SqliteDatabase(Database):
     def write(self, lock_key: str) -> AbstractContextManager[Database]:
         return self._transaction("BEGIN IMMEDIATE", None)  # the database's single writer lock
 
+    def batch(self) -> AbstractContextManager[Database]:
+        return self._transaction("BEGIN IMMEDIATE", None)  # SQLite has one writer lock: take it at once
+
     def read(self) -> AbstractContextManager[Database]:
         return self._transaction("BEGIN", None)
 
@@ -193,6 +200,9 @@ class PostgresDatabase(Database):
 
     def write(self, lock_key: str) -> AbstractContextManager[Database]:
         return self._transaction("BEGIN", lock_key)
+
+    def batch(self) -> AbstractContextManager[Database]:
+        return self._transaction("BEGIN", None)
 
     def read(self) -> AbstractContextManager[Database]:
         return self._transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", None)

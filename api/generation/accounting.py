@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
+import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 
 from prometheus_client import Gauge
@@ -30,19 +32,83 @@ def finish_of(status: int) -> str:
     return "completed"
 
 
-class OutcomeSink:
-    """Fans one finished request out to its readers; the ledger write commits before this returns."""
+Reader = Callable[[RequestOutcome, str], None]
+BatchReader = Callable[[list[tuple[RequestOutcome, str]]], None]
+WRITER_IDLE_S = 10.0  # an idle writer thread ends after this; the next outcome starts one
 
-    def __init__(self, readers: list[Callable[[RequestOutcome, str], None]]):
+
+class OutcomeSink:
+    """Fans finished requests out to their readers in one writer thread, off the event loop. The requests that
+    finish while it writes are written together: each batch reader (the ledger) takes them in one call, one
+    commit, so a burst of stream ends costs one commit and one wake-up of the loop. `submit`'s future is done
+    once every reader has its record (the ledger's row is committed)."""
+
+    def __init__(self, readers: list[Reader], batch_readers: Sequence[BatchReader] = ()):
         self._readers = readers
+        self._batch_readers = list(batch_readers)
+        self._queue: queue.SimpleQueue[tuple[RequestOutcome, asyncio.AbstractEventLoop, asyncio.Future]] = (
+            queue.SimpleQueue())
+        self._writer: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    def submit(self, outcome: RequestOutcome) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        self._queue.put((outcome, loop, done))
+        with self._start_lock:
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write, name="outcome-writer", daemon=True)
+                self._writer.start()
+        return done
 
     def record(self, outcome: RequestOutcome) -> None:
-        finish = finish_of(outcome.status)
-        for reader in self._readers:
+        """Records one outcome in the calling thread."""
+        self.record_all([outcome])
+
+    def record_all(self, outcomes: list[RequestOutcome]) -> None:
+        rows = [(outcome, finish_of(outcome.status)) for outcome in outcomes]
+        for batch_reader in self._batch_readers:
             try:
-                reader(outcome, finish)
+                batch_reader(rows)
             except Exception:  # one broken reader must not lose the others' record
-                logger.exception("recording request %s failed in %r", outcome.request_id, reader)
+                logger.exception("recording requests %s failed in %r", [o.request_id for o in outcomes],
+                                 batch_reader)
+        for outcome, finish in rows:
+            for reader in self._readers:
+                try:
+                    reader(outcome, finish)
+                except Exception:
+                    logger.exception("recording request %s failed in %r", outcome.request_id, reader)
+
+    def _write(self) -> None:
+        """The writer thread's loop: each pass takes every outcome queued so far."""
+        while True:
+            try:
+                batch = [self._queue.get(timeout=WRITER_IDLE_S)]
+            except queue.Empty:
+                with self._start_lock:
+                    if self._queue.empty():
+                        self._writer = None
+                        return
+                continue
+            while True:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            self.record_all([outcome for outcome, _, _ in batch])
+            waiting: dict[asyncio.AbstractEventLoop, list[asyncio.Future]] = {}
+            for _, loop, done in batch:
+                waiting.setdefault(loop, []).append(done)
+            for loop, futures in waiting.items():
+                with suppress(RuntimeError):  # a loop closed meanwhile: nobody waits on it
+                    loop.call_soon_threadsafe(_set_done, futures)
+
+
+def _set_done(futures: list[asyncio.Future]) -> None:
+    for done in futures:
+        if not done.done():
+            done.set_result(None)
 
 
 @dataclass
@@ -95,7 +161,7 @@ class RequestAccount:
         outcome = self.finish(status)
         if outcome is None:
             return None
-        record = asyncio.ensure_future(asyncio.to_thread(self.sink.record, outcome))
+        record = self.sink.submit(outcome)
         # After the record, whether or not this task is still waiting for it (a shutdown may cancel it again).
         record.add_done_callback(lambda done: self._recorded())
         await asyncio.shield(record)

@@ -112,8 +112,9 @@ def build_server(engine: EngineClient, registry: Registry, config: LoraplexConfi
     # for capacity by design; traffic reads them for its breakers only); the batch gauges count them, the
     # ledger and the request log record them.
     sink = OutcomeSink([live_only(lambda outcome, finish: watch.metrics.observe(outcome)),
-                        live_only(lambda outcome, finish: watch.history.record(outcome)), billing.record,
-                        log_request, lambda outcome, finish: traffic.observe(outcome)])
+                        live_only(lambda outcome, finish: watch.history.record(outcome)),
+                        log_request, lambda outcome, finish: traffic.observe(outcome)],
+                       batch_readers=[billing.record_many])
     resolver = ModelResolver(engine.model_id, registry, Mixtures(registry, tenancy.mixtures))
     prices = PriceTable(tenancy)
     loader = AdapterLoader(engine_tiers, tracing)

@@ -40,26 +40,28 @@ class LedgerWriter:
     def record(self, outcome: RequestOutcome, finish: str) -> None:
         """Writes the row (a reused request id gets a suffix, so no request goes unbilled); on failure keeps it
         pending and blocks its tenant."""
+        self.record_many([(outcome, finish)])
+
+    def record_many(self, rows: list[tuple[RequestOutcome, str]]) -> None:
+        """`record` of requests that finished together, in one commit: all rows are written or all pending."""
+        billed = [(outcome, finish) for outcome, finish in rows if outcome.billing != "none"]
+        if not billed:
+            return
         for delay in (0.0, *self._delays):
             if delay:
                 time.sleep(delay)
             try:
-                self._write(outcome, finish)
+                self.ledger.record_many(billed, _suffixed)
                 return
             except LedgerError:
-                logger.warning("usage row of request %s not written; retrying", outcome.request_id, exc_info=True)
-        logger.error("usage row of request %s kept pending: the ledger refuses writes; tenant %r is refused new "
-                     "requests until it is written", outcome.request_id, outcome.tenant)
+                logger.warning("usage rows of requests %s not written; retrying",
+                               ", ".join(o.request_id for o, _ in billed), exc_info=True)
+        logger.error("usage rows of requests %s kept pending: the ledger refuses writes; tenants %s are refused "
+                     "new requests until they are written", ", ".join(o.request_id for o, _ in billed),
+                     sorted({o.tenant for o, _ in billed}))
         with self._lock:
-            self._pending.append((outcome, finish))
+            self._pending.extend(billed)
             self._blocked = frozenset(o.tenant for o, _ in self._pending)
-
-    def _write(self, outcome: RequestOutcome, finish: str) -> None:
-        if outcome.billing == "none":
-            return
-        if not self.ledger.record(outcome, finish) and outcome.billing == "row":
-            suffixed = dataclasses.replace(outcome, request_id=f"{outcome.request_id}#{uuid.uuid4().hex[:12]}")
-            self.ledger.record(suffixed, finish)
 
     def is_blocked(self, tenant: str) -> bool:
         return tenant in self._blocked
@@ -75,7 +77,7 @@ class LedgerWriter:
         left, written = [], 0
         for outcome, finish in rows:
             try:
-                self._write(outcome, finish)
+                self.ledger.record_many([(outcome, finish)], _suffixed)
                 written += 1
             except LedgerError:
                 left.append((outcome, finish))
@@ -113,3 +115,11 @@ class LedgerWriter:
             self._pending = rows
             self._blocked = frozenset(o.tenant for o, _ in rows)
         self.retry_pending()  # what still fails stays pending, its tenants blocked, retried in the background
+
+
+def _suffixed(outcome: RequestOutcome) -> RequestOutcome | None:
+    """What to record instead of a row whose request id is taken: a live request's row under a suffixed id, so
+    no request goes unbilled; nothing for queued work billed once under its key."""
+    if outcome.billing != "row":
+        return None
+    return dataclasses.replace(outcome, request_id=f"{outcome.request_id}#{uuid.uuid4().hex[:12]}")

@@ -13,6 +13,7 @@ Other processes (`loraplex usage`) read while the server writes, through `UsageL
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -54,6 +55,16 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 _COLUMNS = ("request_id", "tenant", "priority", "model", "version", "prompt_tokens", "completion_tokens",
             "queue_s", "ttft_s", "e2e_s", "status", "finish", "price_usd", "cost_usd", "created_at", "route")
+_INSERT = (f"INSERT INTO usage ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))}) "
+           "ON CONFLICT (request_id) DO NOTHING")
+
+
+def _row(outcome: RequestOutcome, finish: str) -> tuple:
+    """`_COLUMNS` of one outcome."""
+    return (outcome.request_id, outcome.tenant, outcome.priority, outcome.model, outcome.version,
+            outcome.prompt_tokens, outcome.completion_tokens, outcome.queue_seconds, outcome.ttft_seconds,
+            outcome.e2e_seconds, outcome.status, finish, outcome.price_usd, outcome.cost_usd, outcome.finished_at,
+            outcome.route)
 
 
 class LedgerError(Exception):
@@ -140,20 +151,34 @@ class UsageLedger:
 
     def record(self, outcome: RequestOutcome, finish: str) -> bool:
         """Insert and commit one row; False when this request id is already recorded."""
-        if self.read_only:
-            raise LedgerError(f"usage ledger {self.where} was opened read-only")
-        row = (outcome.request_id, outcome.tenant, outcome.priority, outcome.model, outcome.version,
-               outcome.prompt_tokens, outcome.completion_tokens, outcome.queue_seconds, outcome.ttft_seconds,
-               outcome.e2e_seconds, outcome.status, finish, outcome.price_usd, outcome.cost_usd,
-               outcome.finished_at, outcome.route)
-        sql = (f"INSERT INTO usage ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))}) "
-               "ON CONFLICT (request_id) DO NOTHING")
+        self._check_writable()
         try:
             with self._lock:
-                cursor = self._db.execute(sql, row)  # autocommit: committed when execute returns
+                cursor = self._db.execute(_INSERT, _row(outcome, finish))  # autocommit: committed on return
         except DB_ERRORS as e:
             raise LedgerError(f"cannot record request {outcome.request_id} in {self.where}: {e}") from e
         return cursor.rowcount == 1
+
+    def record_many(self, rows: Sequence[tuple[RequestOutcome, str]],
+                    on_conflict: Callable[[RequestOutcome], RequestOutcome | None]) -> None:
+        """Inserts `rows` in one transaction: all are committed or none. A row whose request id is already
+        recorded is replaced by `on_conflict(outcome)` (None: dropped), in the same transaction."""
+        self._check_writable()
+        try:
+            with self._lock, self._db.batch() as db:
+                for outcome, finish in rows:
+                    if db.execute(_INSERT, _row(outcome, finish)).rowcount == 1:
+                        continue
+                    instead = on_conflict(outcome)
+                    if instead is not None:
+                        db.execute(_INSERT, _row(instead, finish))
+        except DB_ERRORS as e:
+            ids = ", ".join(o.request_id for o, _ in rows)
+            raise LedgerError(f"cannot record requests {ids} in {self.where}: {e}") from e
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise LedgerError(f"usage ledger {self.where} was opened read-only")
 
     def count(self) -> int:
         return self._fetch("SELECT COUNT(*) AS n FROM usage", ())[0]["n"]

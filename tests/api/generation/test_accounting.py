@@ -68,6 +68,30 @@ async def test_the_record_is_written_off_the_event_loop():
     assert threads and threads[0] != loop_thread
 
 
+async def test_outcomes_that_finish_while_the_writer_writes_are_written_together():
+    started, release, batches = threading.Event(), threading.Event(), []
+
+    def ledger(rows):
+        batches.append([outcome.request_id for outcome, _ in rows])
+        started.set()
+        release.wait(30)  # the first batch holds the writer until the others are queued
+
+    sink = OutcomeSink([], batch_readers=[ledger])
+    first = asyncio.ensure_future(RequestAccount(sink, "r1").close(200))
+    await asyncio.to_thread(started.wait, 30)
+    queued = []
+    others = []
+    for request_id in ("r2", "r3"):
+        acc = RequestAccount(sink, request_id)
+        acc.cleanups.append(lambda a: queued.append(a.request_id))  # runs just before the outcome is queued
+        others.append(asyncio.ensure_future(acc.close(200)))
+    while len(queued) < 2:
+        await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(first, *others)
+    assert batches == [["r1"], ["r2", "r3"]]
+
+
 @pytest.mark.parametrize(("billing_key", "status", "request_id", "billing"), [
     ("batch_1:4", 200, "batch_1:4", "once"),  # the attempt that produced the line's result: billed once, its key
     ("batch_1:4", 499, "attempt-2", "none"),  # preempted: it runs again, no ledger row

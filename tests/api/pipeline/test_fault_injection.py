@@ -147,14 +147,15 @@ async def test_a_tenant_whose_usage_cannot_be_recorded_is_refused_until_it_can(m
     server = make_fake_server()
     writer = server.pipeline.billing
     monkeypatch.setattr(writer, "_delays", ())
-    real = server.ledger.record
-    monkeypatch.setattr(server.ledger, "record", lambda o, f: (_ for _ in ()).throw(LedgerError("disk full")))
+    real = server.ledger.record_many
+    monkeypatch.setattr(server.ledger, "record_many", lambda rows, on_conflict: (_ for _ in ()).throw(
+        LedgerError("disk full")))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(server)), base_url="http://f") as c:
         assert (await c.post("/v1/chat/completions", json=CHAT)).status_code == 200  # served, its row pending
         refused = await c.post("/v1/chat/completions", json=CHAT)
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "billing_unavailable"
         assert refused.headers["retry-after"] == "5"
-        monkeypatch.setattr(server.ledger, "record", real)
+        monkeypatch.setattr(server.ledger, "record_many", real)
         assert writer.retry_pending() == 1
         assert (await c.post("/v1/chat/completions", json=CHAT)).status_code == 200
     assert len(server.ledger.query()) == 2  # the refused request never ran, so it has no row

@@ -19,17 +19,17 @@ def outcome(request_id: str, tenant: str = "acme") -> RequestOutcome:
 
 
 class FlakyLedger:
-    """Fails the next `failures` writes, then writes to the real ledger."""
+    """Fails the next `failures` commits, then writes to the real ledger."""
 
     def __init__(self, ledger: UsageLedger):
         self.ledger, self.failures, self.calls = ledger, 0, 0
 
-    def __call__(self, outcome, finish):
+    def __call__(self, rows, on_conflict):
         self.calls += 1
         if self.failures:
             self.failures -= 1
             raise LedgerError("disk I/O error")
-        return self.real(outcome, finish)
+        return self.real(rows, on_conflict)
 
 
 @pytest.fixture
@@ -41,8 +41,8 @@ def ledger(tmp_path):
 @pytest.fixture
 def flaky(ledger, monkeypatch):
     flaky = FlakyLedger(ledger)
-    flaky.real = ledger.record
-    monkeypatch.setattr(ledger, "record", flaky)
+    flaky.real = ledger.record_many
+    monkeypatch.setattr(ledger, "record_many", flaky)
     return flaky
 
 
@@ -85,7 +85,8 @@ def test_a_once_row_is_written_once_and_a_none_row_never(ledger):
 def test_rows_unwritten_at_shutdown_are_written_at_the_next_start(tmp_path, monkeypatch):
     path = tmp_path / "usage.sqlite"
     with UsageLedger(path) as ledger:
-        monkeypatch.setattr(ledger, "record", lambda o, f: (_ for _ in ()).throw(LedgerError("read-only")))
+        monkeypatch.setattr(ledger, "record_many", lambda rows, on_conflict: (_ for _ in ()).throw(
+            LedgerError("read-only")))
         writer = LedgerWriter(ledger, retry_delays_s=())
         writer.record(outcome("lost?"), "completed")
         assert writer.pending == 1
@@ -95,3 +96,18 @@ def test_rows_unwritten_at_shutdown_are_written_at_the_next_start(tmp_path, monk
         writer = LedgerWriter(ledger)
         assert writer.pending == 0 and not writer.spill_path.exists()
         assert [r["request_id"] for r in ledger.query()] == ["lost?"]
+
+
+def test_rows_that_finish_together_commit_together_or_stay_pending_together(ledger, flaky):
+    writer = LedgerWriter(ledger, retry_delays_s=())
+    writer.record(outcome("dup"), "completed")
+    together = [(outcome("dup"), "completed"), (outcome("r2", tenant="beta"), "completed"),
+                (dataclasses.replace(outcome("batch_1:1"), billing="none"), "aborted")]
+    flaky.failures = 1
+    writer.record_many(together)  # one commit for the three, and it fails: none is written
+    assert flaky.calls == 2 and writer.pending == 2 and writer.is_blocked("acme") and writer.is_blocked("beta")
+    assert [r["request_id"] for r in ledger.query()] == ["dup"]
+    assert writer.retry_pending() == 2
+    assert flaky.calls == 4 and writer.pending == 0 and not writer.is_blocked("acme")
+    ids = sorted(r["request_id"] for r in ledger.query())
+    assert len(ids) == 3 and ids[0] == "dup" and ids[1].startswith("dup#") and ids[2] == "r2"

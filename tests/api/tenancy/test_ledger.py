@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import subprocess
 import sys
@@ -228,3 +229,22 @@ def test_a_version_1_ledger_gains_the_route_column(tmp_path):
         assert ledger.record(outcome("new", route="canary;arm=candidate;rollout=1"), "stop")
         assert [(r["request_id"], r["route"]) for r in ledger.query()] == [
             ("old", ""), ("new", "canary;arm=candidate;rollout=1")]
+
+
+def test_record_many_commits_every_row_or_none(ledger):
+    ledger.record(outcome("taken"), "stop")
+    renamed = []
+
+    def on_conflict(o):
+        renamed.append(o.request_id)
+        return dataclasses.replace(o, request_id=f"{o.request_id}#2")
+
+    ledger.record_many([(outcome("a"), "stop"), (outcome("taken"), "stop")], on_conflict)
+    assert renamed == ["taken"]
+    assert sorted(r["request_id"] for r in ledger.query()) == ["a", "taken", "taken#2"]
+    broken = outcome("c", tenant=None)  # NOT NULL: its insert fails mid-transaction
+    with pytest.raises(LedgerError, match="b, c, d"):
+        ledger.record_many([(outcome("b"), "stop"), (broken, "stop"), (outcome("d"), "stop")], lambda o: None)
+    assert ledger.count() == 3
+    ledger.record_many([(outcome("a", prompt=99), "stop")], lambda o: None)  # a key taken: dropped
+    assert ledger.count() == 3 and [r["prompt_tokens"] for r in ledger.query() if r["request_id"] == "a"] == [10]
