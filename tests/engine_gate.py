@@ -22,6 +22,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -54,18 +55,15 @@ class EngineGate:
         self._signal(signal.SIGCONT)
 
     def pulse(self, seconds: float = PULSE_S, server_pid: int | None = None) -> None:
-        """`server_pid`: a server held while the engine runs, so that the pulse works only on the requests the
-        server had already handed the engine, however long the pulse lasts (a busy machine can wake the test
-        process seconds late)."""
+        """Lets the engine run for `seconds`, timed by a child process: the test process itself can wake seconds
+        late (its threads reading a fast stream hold the GIL), and the engine would run on meanwhile.
+        `server_pid`: a server held while the engine runs, so that the pulse works only on the requests the
+        server had already handed the engine."""
+        engine = " ".join(str(pid) for pid in self.pids if _alive(pid))
+        script = f"kill -CONT {engine} 2>/dev/null; sleep {seconds}; kill -STOP {engine} 2>/dev/null"
         if server_pid is not None:
-            os.kill(server_pid, signal.SIGSTOP)
-        try:
-            self.release()
-            time.sleep(seconds)
-            self.hold()
-        finally:
-            if server_pid is not None:
-                os.kill(server_pid, signal.SIGCONT)
+            script = f"kill -STOP {server_pid}; {script}; kill -CONT {server_pid}"
+        subprocess.run(["sh", "-c", script], check=False)
 
     def pulse_until(self, condition: Callable[[], bool], timeout_s: float = 300, pulse_s: float = PULSE_S,
                     server_pid: int | None = None) -> None:
