@@ -61,11 +61,7 @@ class OutcomeSink:
                 self._writer.start()
         return done
 
-    def record(self, outcome: RequestOutcome) -> None:
-        """Records one outcome in the calling thread."""
-        self.record_all([outcome])
-
-    def record_all(self, outcomes: list[RequestOutcome]) -> None:
+    def _record(self, outcomes: list[RequestOutcome]) -> None:
         rows = [(outcome, finish_of(outcome.status)) for outcome in outcomes]
         for batch_reader in self._batch_readers:
             try:
@@ -96,7 +92,7 @@ class OutcomeSink:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            self.record_all([outcome for outcome, _, _ in batch])
+            self._record([outcome for outcome, _, _ in batch])
             waiting: dict[asyncio.AbstractEventLoop, list[asyncio.Future]] = {}
             for _, loop, done in batch:
                 waiting.setdefault(loop, []).append(done)

@@ -79,14 +79,7 @@ async def test_outcomes_that_finish_while_the_writer_writes_are_written_together
     sink = OutcomeSink([], batch_readers=[ledger])
     first = asyncio.ensure_future(RequestAccount(sink, "r1").close(200))
     await asyncio.to_thread(started.wait, 30)
-    queued = []
-    others = []
-    for request_id in ("r2", "r3"):
-        acc = RequestAccount(sink, request_id)
-        acc.cleanups.append(lambda a: queued.append(a.request_id))  # runs just before the outcome is queued
-        others.append(asyncio.ensure_future(acc.close(200)))
-    while len(queued) < 2:
-        await asyncio.sleep(0)
+    others = [sink.submit(RequestAccount(sink, request_id).finish(200)) for request_id in ("r2", "r3")]
     release.set()
     await asyncio.gather(first, *others)
     assert batches == [["r1"], ["r2", "r3"]]
