@@ -63,7 +63,7 @@ def start(admin, name: str, **body) -> dict:
 
 async def complete(client, model: str, max_tokens: int = 1, **kwargs):
     raw = await client.completions.with_raw_response.create(model=model, prompt="Hello there", max_tokens=max_tokens,
-                                                           temperature=0, **kwargs)
+                                                           temperature=0, extra_body={"ignore_eos": True}, **kwargs)
     return raw.headers, raw.parse()
 
 

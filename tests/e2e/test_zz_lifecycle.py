@@ -52,7 +52,8 @@ def _log_records(request_id: str) -> list[dict]:
 def test_one_json_log_line_per_request(server, keys, base_model_id):
     request_id = f"log-{time.time_ns()}"
     response = httpx.post(f"{server}/v1/completions", headers={**keys.headers("obs"), "X-Request-Id": request_id},
-                          json={"model": base_model_id, "prompt": "hi", "max_tokens": 3}, timeout=60)
+                          json={"model": base_model_id, "prompt": "hi", "max_tokens": 3, "ignore_eos": True},
+                          timeout=60)
     assert response.status_code == 200
     # The server process writes the line when the request's account closes, which may trail the response.
     deadline = time.monotonic() + 15
