@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_admission  # noqa: E402
 import bench_batch  # noqa: E402
 import bench_cluster  # noqa: E402
+import bench_defaults  # noqa: E402
 import bench_grpc  # noqa: E402
 import bench_kernels  # noqa: E402
 import bench_mixture  # noqa: E402
@@ -114,6 +115,10 @@ SCENARIOS = {
         Scenario("admission", "Adapter-aware admission on and off, two servers side by side (interleaved rounds): "
                  "Zipf(1.1) over 64 adapters with max_loras 4 at concurrency 8 and 32, against one adapter and the "
                  "base model.", on_tiny(bench_admission.run), bench_admission.tables, in_quick=False),
+        Scenario("defaults", "64 adapters under Zipf(1.1) at concurrency 8 with loraplex's default slot counts "
+                 "(sized from memory budgets) against the 4 slots they replaced, two servers side by side "
+                 "(interleaved rounds), against one adapter and the base model.", on_tiny(bench_defaults.run),
+                 bench_defaults.tables, in_quick=False),
         Scenario("grpc", "gRPC streaming (ModelStreamInfer) against HTTP SSE on one server, interleaved rounds at "
                  "concurrency 1, 8 and 32: tok/s, TTFT and the API process's CPU per token.", bench_grpc.run,
                  one_table(bench_grpc.table), in_quick=False),
@@ -135,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(SmolLM2-135M-Instruct) or mid (a random Llama of hidden 1024, 8 layers, three rank-16 "
                         "adapters on all seven projections, generated for benchmarks); overhead, lora-scaling and "
                         "baseline-hf run on all three, kernels and mixed on tiny and mid, tiers, noisy-neighbour, "
-                        "batch, cluster, state, routing, scale, admission and mixture on tiny only")
+                        "batch, cluster, state, routing, scale, admission, defaults and mixture on tiny only")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "results", help="where JSON and PNG files go (default: docs/results)")
     parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
     parser.add_argument("--report", type=Path, nargs="+", metavar="JSON",

@@ -60,7 +60,7 @@ def _body(model: str) -> dict:
     return {"model": model, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "ignore_eos": True, "temperature": 0}
 
 
-async def _load(base: str, key: str, models: list[str], concurrency: int) -> dict:
+async def run_load(base: str, key: str, models: list[str], concurrency: int) -> dict:
     async with httpx.AsyncClient(base_url=base, timeout=600, headers={"Authorization": f"Bearer {key}"}) as client:
         before = tier_counts((await client.get("/metrics")).text)
         started = time.perf_counter()
@@ -101,16 +101,16 @@ def run(out_dir: Path, quick: bool) -> dict:
             bases[mode] = stack.enter_context(running(cmd, port, out_dir / f".admission-{mode}.log",
                                                       ready_path="/ready"))
         for mode, base in bases.items():  # warm-up: every adapter through the disk tier once
-            asyncio.run(_load(base, key, names + [MODEL_ID], 8))
+            asyncio.run(run_load(base, key, names + [MODEL_ID], 8))
         for i in range(rounds):
             order = list(MODES) if i % 2 == 0 else list(reversed(MODES))
             for load, (models, concurrency) in loads.items():
                 for mode in order:
-                    result = asyncio.run(_load(bases[mode], key, models, concurrency))
+                    result = asyncio.run(run_load(bases[mode], key, models, concurrency))
                     runs[mode][load].append(result)
                     say(f"  round {i + 1} {mode} {load}: {result['output_tok_s']:.0f} tok/s, TTFT p99 "
                         f"{result['ttft_p99_ms']:.0f} ms")
-    summary = {mode: {load: _summary(r) for load, r in by_load.items()} for mode, by_load in runs.items()}
+    summary = {mode: {load: summarize(r) for load, r in by_load.items()} for mode, by_load in runs.items()}
     ratios = {load: [a["output_tok_s"] / p["output_tok_s"] for a, p in zip(runs["aware"][load], runs["plain"][load])]
               for load in loads}
     goals = {mode: {
@@ -123,7 +123,7 @@ def run(out_dir: Path, quick: bool) -> dict:
             "aware_vs_plain_tok_s_by_round": ratios, "goals": goals, "runs": runs}
 
 
-def _summary(results: list[dict]) -> dict:
+def summarize(results: list[dict]) -> dict:
     out = {}
     for key in ("output_tok_s", "ttft_p50_ms", "ttft_p99_ms", "engine_loads"):
         values = [r[key] for r in results]

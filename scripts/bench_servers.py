@@ -128,11 +128,16 @@ def many_adapters(model_dir: Path, count: int, rank: int, tag: str) -> dict[str,
     return out
 
 
-def loraplex_command(port: int, adapters: dict[str, Path], max_loras: int, max_cpu_loras: int,
+def loraplex_command(port: int, adapters: dict[str, Path], max_loras: int | None, max_cpu_loras: int | None,
                      model_dir: Path | None = None, extra: tuple[str, ...] = ()) -> list[str]:
-    """`extra` comes last, so its flags override the shared engine arguments."""
+    """`extra` comes last, so its flags override the shared engine arguments. A slot count of None is left to
+    loraplex's default (sized from its memory budget)."""
     cmd = [sys.executable, "-m", "api.cli", "serve", "--port", str(port), "--log-level", "warning",
-           "--max-loras", str(max_loras), "--max-cpu-loras", str(max_cpu_loras), "--kv-cache-gib", str(KV_CACHE_GIB)]
+           "--kv-cache-gib", str(KV_CACHE_GIB)]
+    if max_loras is not None:
+        cmd += ["--max-loras", str(max_loras)]
+    if max_cpu_loras is not None:
+        cmd += ["--max-cpu-loras", str(max_cpu_loras)]
     cmd += [f"--{k.replace('_', '-')}={v}" for k, v in ENGINE.items()]
     if model_dir is not None:
         cmd += ["--model", str(model_dir)]

@@ -202,6 +202,7 @@ def serve(args: argparse.Namespace) -> None:
     except LimitsUnavailable as e:
         raise SystemExit(f"--limits-url: {e}") from e
     print(f"[loraplex] serving {server.engine.model_id}; registry {config.registry.resolved_store_uri()}; "
+          f"{config.engine.max_loras} adapter slots, {config.engine.max_cpu_loras} adapters in CPU memory; "
           f"published at start: {', '.join(published) or '(none)'}", file=sys.stderr, flush=True)
     grpc_front = None
     if config.server.grpc_port is not None:

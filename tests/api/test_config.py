@@ -24,7 +24,8 @@ def tenancy_with(max_running: int | None) -> TenancyConfig:
     (64, ClusterConfig(replicas=3), 8, 8),  # the tenants file wins when it sets a size
 ])
 def test_admission_size_has_one_default(max_num_seqs, cluster, file_max_running, size):
-    config = LoraplexConfig(engine=EngineConfig(model="m", max_num_seqs=max_num_seqs), cluster=cluster,
+    config = LoraplexConfig(engine=EngineConfig(model="m", max_loras=4, max_cpu_loras=8,
+                                                          max_num_seqs=max_num_seqs), cluster=cluster,
                             tenancy=tenancy_with(file_max_running))
     assert config.admission_size == size
 
@@ -32,7 +33,7 @@ def test_admission_size_has_one_default(max_num_seqs, cluster, file_max_running,
 @pytest.mark.parametrize(("pins", "max_cpu_loras", "ok"), [
     ((), 8, True), (("a",) * 7, 8, True), (("a",) * 8, 8, False)])
 def test_pins_must_leave_room_in_the_cpu_tier(pins, max_cpu_loras, ok):
-    make = lambda: LoraplexConfig(engine=EngineConfig(model="m", max_cpu_loras=max_cpu_loras), pins=pins)  # noqa: E731
+    make = lambda: LoraplexConfig(engine=EngineConfig(model="m", max_loras=1, max_cpu_loras=max_cpu_loras), pins=pins)  # noqa: E731
     if ok:
         assert make().pins == pins
     else:

@@ -83,7 +83,7 @@ def test_the_server_container_attaches_to_that_application(service, application)
     engine = config_from_args(EngineConfig, args, model=args.model)
     # What the server checks requests against must be what the replicas run.
     for field, value in application["args"]["engine"].items():
-        if field in ("model", "max_model_len", "max_num_seqs"):
+        if field in ("model", "max_model_len", "max_num_seqs", "max_loras", "max_cpu_loras"):
             assert getattr(engine, field) == value, field
     assert args.store_uri == application["args"]["registry"]["store_uri"]
     assert container["ports"][0]["containerPort"] == 8000

@@ -14,6 +14,7 @@ import bench  # noqa: E402
 import bench_admission  # noqa: E402
 import bench_batch  # noqa: E402
 import bench_cluster  # noqa: E402
+import bench_defaults  # noqa: E402
 import bench_kernels  # noqa: E402
 import bench_scale  # noqa: E402
 import bench_servers  # noqa: E402
@@ -26,7 +27,7 @@ from bench_report import markdown_table, replace_section, write_run  # noqa: E40
 
 @pytest.mark.parametrize("argv,expected", [
     ([], ["overhead", "lora-scaling", "tiers", "noisy-neighbour", "baseline-hf", "batch", "cluster", "kernels",
-          "mixed", "state", "routing", "scale", "structured", "admission", "grpc", "mixture"]),
+          "mixed", "state", "routing", "scale", "structured", "admission", "defaults", "grpc", "mixture"]),
     (["tiers", "kernels"], ["tiers", "kernels"]),
 ])
 def test_scenarios_parse(argv, expected):
@@ -304,7 +305,7 @@ def test_scale_tables():
 def test_admission_tables_and_summary():
     runs = [{"output_tok_s": tok_s, "ttft_p50_ms": 10.0, "ttft_p99_ms": p99, "engine_loads": 3.0}
             for tok_s, p99 in ((900.0, 40.0), (1100.0, 60.0), (1000.0, 50.0))]
-    summary = bench_admission._summary(runs)
+    summary = bench_admission.summarize(runs)
     assert summary["output_tok_s"] == 1000.0 and summary["output_tok_s_range"] == [900.0, 1100.0]
     assert summary["ttft_p99_ms"] == 50.0
     results = {"adapters": 64, "rank": 8, "max_loras": 4, "max_running": 16, "max_tokens": 32, "requests": 192,
@@ -317,6 +318,23 @@ def test_admission_tables_and_summary():
     assert rows == [["Zipf, c=32", "aware", 1000, "900-1100", 10, 50, 3, "1.10 0.90 1.00"],
                     ["Zipf, c=32", "plain", 1000, "900-1100", 10, 50, 3, ""]]
     assert goals == [["aware", "0.55", "7.0"]]
+
+
+def test_defaults_tables_name_each_servers_slots_and_goals():
+    summary = {"output_tok_s": 1000.0, "output_tok_s_range": [900.0, 1100.0], "ttft_p50_ms": 10.0,
+               "ttft_p99_ms": 50.0, "engine_loads": 0.0}
+    results = {"adapters": 64, "rank": 8, "concurrency": 8, "max_tokens": 32, "requests": 192, "rounds": 3,
+               "distinct_in_schedule": 45,
+               "servers": {"defaults": {"max_loras": 16, "max_cpu_loras": 256},
+                           "4 slots": {"max_loras": 4, "max_cpu_loras": 8}},
+               "summary": {"defaults": {"Zipf": summary}, "4 slots": {"Zipf": {**summary, "engine_loads": 70.0}}},
+               "goals": {"defaults": {"zipf_vs_one_adapter_tok_s": 0.91, "zipf_ttft_p99_vs_base": 1.43},
+                         "4 slots": {"zipf_vs_one_adapter_tok_s": 0.64, "zipf_ttft_p99_vs_base": 7.04}}}
+    (caption, _, rows), (_, _, goals) = bench_defaults.tables(results)
+    assert "defaults: max_loras 16, max_cpu_loras 256; 4 slots: max_loras 4, max_cpu_loras 8" in caption
+    assert rows == [["Zipf", "defaults", 1000, "900-1100", 10, 50, 0],
+                    ["Zipf", "4 slots", 1000, "900-1100", 10, 50, 70]]
+    assert goals == [["defaults", "0.91", "1.4"], ["4 slots", "0.64", "7.0"]]
 
 
 def test_batch_tables_show_the_phases_without_their_first_request():
