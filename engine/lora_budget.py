@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from adapters.base_model import BaseModelSpec
 from engine.dtype import BF16_CPU_FLAGS
 
-# More slots than this buys nothing measurable at the concurrencies one CPU engine serves, and each slot's weights
-# are rewritten into the kernel's layout when an adapter enters a slot (engine/worker/native_ops.py).
+# Caps: 16 slots serve Zipf(1.1) over 64 adapters at concurrency 8 at TTFT p99 1.7x the base model (docs/benchmarks.md,
+# `defaults`), and every slot is repacked into the native kernel's layout whenever an adapter enters one
+# (engine/worker/native_ops.py), so slots cost time as well as memory.
 MAX_AUTO_LORAS = 16
 MAX_AUTO_CPU_LORAS = 256
 GIB = 2**30
