@@ -23,6 +23,7 @@ import contextlib
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -73,43 +74,63 @@ async def run_load(base: str, key: str, models: list[str], concurrency: int) -> 
             "engine_loads": delta.get("cpu", {}).get("loads", 0.0)}
 
 
-def run(out_dir: Path, quick: bool) -> dict:
+@dataclass(frozen=True)
+class BenchServer:
+    """One loraplex server of a side-by-side run: its tenants file and slot counts (None: loraplex's default)."""
+
+    tenants: dict
+    max_loras: int | None
+    max_cpu_loras: int | None
+
+
+def side_by_side(out_dir: Path, scenario: str, key: str, adapters: dict[str, Path], servers: dict[str, BenchServer],
+                 loads: dict[str, tuple[list[str], int]], rounds: int) -> dict[str, dict[str, list[dict]]]:
+    """Starts every server at once from the tiny demo, each on its own empty state; sends every adapter through
+    each once (warm-up); then, per round, each load (models, concurrency) on each server, the servers' order
+    alternating between rounds. Returns each server's results per load, a result per round."""
     import yaml
 
+    demo = demo_assets()
+    runs: dict[str, dict[str, list[dict]]] = {name: {load: [] for load in loads} for name in servers}
+    with contextlib.ExitStack() as stack:
+        bases = {}
+        for name, server in servers.items():
+            slug = name.replace(" ", "-")
+            state = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"loraplex-bench-{scenario}-{slug}-"))
+            config = Path(state) / "tenants.yaml"
+            config.write_text(yaml.safe_dump(server.tenants, sort_keys=False))
+            port = free_port()
+            cmd = loraplex_command(port, adapters, server.max_loras, server.max_cpu_loras, demo.model_dir,
+                                   extra=("--config", str(config), *own_state(state)))
+            say(f"{scenario}: starting the {name} server")
+            bases[name] = stack.enter_context(running(cmd, port, out_dir / f".{scenario}-{slug}.log",
+                                                      ready_path="/ready"))
+        for base in bases.values():  # warm-up: every adapter through the disk tier once
+            asyncio.run(run_load(base, key, list(adapters) + [MODEL_ID], 8))
+        for i in range(rounds):
+            order = list(servers) if i % 2 == 0 else list(reversed(servers))
+            for load, (models, concurrency) in loads.items():
+                for name in order:
+                    result = asyncio.run(run_load(bases[name], key, models, concurrency))
+                    runs[name][load].append(result)
+                    say(f"  round {i + 1} {name} {load}: {result['output_tok_s']:.0f} tok/s, TTFT p99 "
+                        f"{result['ttft_p99_ms']:.0f} ms")
+    return runs
+
+
+def run(out_dir: Path, quick: bool) -> dict:
     from api.tenancy.keys import generate_key
 
-    demo = demo_assets()
     key = generate_key()
-    adapters = many_adapters(demo.model_dir, NUM_ADAPTERS, RANK, "zipf")
+    adapters = many_adapters(demo_assets().model_dir, NUM_ADAPTERS, RANK, "zipf")
     names = list(adapters)
     num_requests, rounds = (48, 1) if quick else (192, 4)
     schedule = [names[i] for i in zipf_schedule(NUM_ADAPTERS, num_requests, ZIPF_S)]
     loads = {"base only, c=8": ([MODEL_ID] * num_requests, 8),
              "one adapter, c=8": ([names[0]] * num_requests, 8),
              "Zipf, c=8": (schedule, 8), "Zipf, c=32": (schedule, 32)}
-    runs: dict[str, dict[str, list[dict]]] = {mode: {load: [] for load in loads} for mode in MODES}
-    with contextlib.ExitStack() as stack:
-        bases = {}
-        for mode, aware in MODES.items():
-            state = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"loraplex-bench-admission-{mode}-"))
-            config = Path(state) / "tenants.yaml"
-            config.write_text(yaml.safe_dump(tenants_config(key, aware), sort_keys=False))
-            port = free_port()
-            cmd = loraplex_command(port, adapters, MAX_LORAS, MAX_CPU_LORAS, demo.model_dir,
-                                   extra=("--config", str(config), *own_state(state)))
-            say(f"admission: starting the {mode} server")
-            bases[mode] = stack.enter_context(running(cmd, port, out_dir / f".admission-{mode}.log",
-                                                      ready_path="/ready"))
-        for mode, base in bases.items():  # warm-up: every adapter through the disk tier once
-            asyncio.run(run_load(base, key, names + [MODEL_ID], 8))
-        for i in range(rounds):
-            order = list(MODES) if i % 2 == 0 else list(reversed(MODES))
-            for load, (models, concurrency) in loads.items():
-                for mode in order:
-                    result = asyncio.run(run_load(bases[mode], key, models, concurrency))
-                    runs[mode][load].append(result)
-                    say(f"  round {i + 1} {mode} {load}: {result['output_tok_s']:.0f} tok/s, TTFT p99 "
-                        f"{result['ttft_p99_ms']:.0f} ms")
+    servers = {mode: BenchServer(tenants_config(key, aware), MAX_LORAS, MAX_CPU_LORAS) for mode, aware in MODES.items()}
+    runs = side_by_side(out_dir, "admission", key, adapters, servers, loads, rounds)
     summary = {mode: {load: summarize(r) for load, r in by_load.items()} for mode, by_load in runs.items()}
     ratios = {load: [a["output_tok_s"] / p["output_tok_s"] for a, p in zip(runs["aware"][load], runs["plain"][load])]
               for load in loads}

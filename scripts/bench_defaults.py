@@ -14,13 +14,10 @@ TTFT p99 (<= 2x), per server.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import tempfile
 from pathlib import Path
 
-from bench_admission import MODEL_ID, NUM_ADAPTERS, RANK, ZIPF_S, run_load, summarize
-from bench_servers import ENGINE, demo_assets, free_port, loraplex_command, many_adapters, own_state, running, say
+from bench_admission import MAX_TOKENS, MODEL_ID, NUM_ADAPTERS, RANK, ZIPF_S, BenchServer, side_by_side, summarize
+from bench_servers import ENGINE, demo_assets, many_adapters
 from bench_tiers import zipf_schedule
 
 # name -> (max_loras, max_cpu_loras); None: loraplex's default.
@@ -37,8 +34,6 @@ def tenants_config(key: str) -> dict:
 
 
 def run(out_dir: Path, quick: bool) -> dict:
-    import yaml
-
     from api.tenancy.keys import generate_key
     from engine.config import EngineConfig
 
@@ -48,40 +43,20 @@ def run(out_dir: Path, quick: bool) -> dict:
     names = list(adapters)
     num_requests, rounds = (48, 1) if quick else (192, 3)
     schedule = [names[i] for i in zipf_schedule(NUM_ADAPTERS, num_requests, ZIPF_S)]
-    loads = {"base only": [MODEL_ID] * num_requests, "one adapter": [names[0]] * num_requests, "Zipf": schedule}
+    loads = {"base only": ([MODEL_ID] * num_requests, CONCURRENCY),
+             "one adapter": ([names[0]] * num_requests, CONCURRENCY), "Zipf": (schedule, CONCURRENCY)}
     # What the defaults server is started with, as its own config sizes it (same checkpoint, flags and machine).
     sized = EngineConfig(model=str(demo.model_dir), **ENGINE)
     slots = {name: (given[0] or sized.max_loras, given[1] or sized.max_cpu_loras) for name, given in SERVERS.items()}
-    runs: dict[str, dict[str, list[dict]]] = {name: {load: [] for load in loads} for name in SERVERS}
-    with contextlib.ExitStack() as stack:
-        bases = {}
-        for name, (max_loras, max_cpu_loras) in SERVERS.items():
-            state = stack.enter_context(tempfile.TemporaryDirectory(prefix="loraplex-bench-defaults-"))
-            config = Path(state) / "tenants.yaml"
-            config.write_text(yaml.safe_dump(tenants_config(key), sort_keys=False))
-            port = free_port()
-            cmd = loraplex_command(port, adapters, max_loras, max_cpu_loras, demo.model_dir,
-                                   extra=("--config", str(config), *own_state(state)))
-            say(f"defaults: starting the {name} server ({slots[name][0]} slots, {slots[name][1]} in CPU memory)")
-            log = out_dir / f".defaults-{name.replace(' ', '-')}.log"
-            bases[name] = stack.enter_context(running(cmd, port, log, ready_path="/ready"))
-        for base in bases.values():  # warm-up: every adapter through the disk tier once
-            asyncio.run(run_load(base, key, names + [MODEL_ID], CONCURRENCY))
-        for i in range(rounds):
-            order = list(SERVERS) if i % 2 == 0 else list(reversed(SERVERS))
-            for load, models in loads.items():
-                for name in order:
-                    result = asyncio.run(run_load(bases[name], key, models, CONCURRENCY))
-                    runs[name][load].append(result)
-                    say(f"  round {i + 1} {name} {load}: {result['output_tok_s']:.0f} tok/s, TTFT p99 "
-                        f"{result['ttft_p99_ms']:.0f} ms")
+    servers = {name: BenchServer(tenants_config(key), *given) for name, given in SERVERS.items()}
+    runs = side_by_side(out_dir, "defaults", key, adapters, servers, loads, rounds)
     summary = {name: {load: summarize(r) for load, r in by_load.items()} for name, by_load in runs.items()}
     goals = {name: {
         "zipf_vs_one_adapter_tok_s": s["Zipf"]["output_tok_s"] / s["one adapter"]["output_tok_s"],
         "zipf_ttft_p99_vs_base": s["Zipf"]["ttft_p99_ms"] / s["base only"]["ttft_p99_ms"],
     } for name, s in summary.items()}
     return {"adapters": NUM_ADAPTERS, "rank": RANK, "zipf_s": ZIPF_S, "concurrency": CONCURRENCY,
-            "max_tokens": 32, "requests": num_requests, "rounds": rounds,
+            "max_tokens": MAX_TOKENS, "requests": num_requests, "rounds": rounds,
             "distinct_in_schedule": len(set(schedule)),
             "servers": {name: {"max_loras": m, "max_cpu_loras": c} for name, (m, c) in slots.items()},
             "summary": summary, "goals": goals, "runs": runs}
