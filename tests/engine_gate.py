@@ -18,8 +18,10 @@ adapter loads into the engine) wait.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -55,15 +57,16 @@ class EngineGate:
         self._signal(signal.SIGCONT)
 
     def pulse(self, seconds: float = PULSE_S, server_pid: int | None = None) -> None:
-        """Lets the engine run for `seconds`, timed by a child process: the test process itself can wake seconds
-        late (its threads reading a fast stream hold the GIL), and the engine would run on meanwhile.
+        """Lets the engine run for `seconds`, timed by a child process at real-time priority where allowed: the
+        test process itself can wake seconds late (its threads reading a fast stream hold the GIL), and so can a
+        plain child on a saturated machine, and the engine would run on meanwhile.
         `server_pid`: a server held while the engine runs, so that the pulse works only on the requests the
         server had already handed the engine."""
         engine = " ".join(str(pid) for pid in self.pids if _alive(pid))
         script = f"kill -CONT {engine} 2>/dev/null; sleep {seconds}; kill -STOP {engine} 2>/dev/null"
         if server_pid is not None:
             script = f"kill -STOP {server_pid}; {script}; kill -CONT {server_pid}"
-        subprocess.run(["sh", "-c", script], check=False)
+        subprocess.run([*_realtime(), "sh", "-c", script], check=False)
 
     def pulse_until(self, condition: Callable[[], bool], timeout_s: float = 300, pulse_s: float = PULSE_S,
                     server_pid: int | None = None) -> None:
@@ -89,6 +92,17 @@ class EngineGate:
                     os.kill(pid, sig)
                 except ProcessLookupError:
                     pass
+
+
+@functools.cache
+def _realtime() -> list[str]:
+    """`chrt -f 99` where this process may use it (root, or an RLIMIT_RTPRIO that allows it), else nothing.
+    Measured with three busy loops beside the engine: 25 plain pulses of 0.03 s took up to 2.7 s, and that one
+    pulse ran a 1000-token stream to its end; at real-time priority they took 33-48 ms."""
+    command = ["chrt", "-f", "99"]
+    if shutil.which("chrt") and subprocess.run([*command, "true"], capture_output=True).returncode == 0:
+        return command
+    return []
 
 
 def _wait(condition: Callable[[], bool], seconds: float) -> bool:

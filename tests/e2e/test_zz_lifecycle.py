@@ -98,12 +98,14 @@ def test_sigterm_lets_a_running_stream_finish_then_exits_zero(server_process, se
             "stream_options": {"include_usage": True}}
     drains_before = server_process.log_path.read_text().count("SIGTERM: draining")
     with EngineGate.of(server_process.proc.pid) as gate:
-        for _ in range(3):
-            stream = StreamReader(f"{server}/v1/completions", acme, body)
+        for attempt in range(3):
+            request_id = f"sigterm-{attempt}-{time.time_ns()}"
+            stream = StreamReader(f"{server}/v1/completions", {**acme, "X-Request-Id": request_id}, body)
             gate.pulse_until(lambda: bool(stream.chunks))
-            # A test process woken seconds late lets a pulse run the whole stream: then it is not mid-stream, so
-            # it is read to its end and another one is held.
-            if "[DONE]" not in stream.events:
+            # The server writes a request's ledger row before it stops counting it as in flight, and a held
+            # engine cannot finish it meanwhile. Without a real-time pulse timer (tests/engine_gate.py) a pulse
+            # woken seconds late can run the whole stream: then it is read to its end and another one is held.
+            if not _ledger_rows(server, keys, request_id):
                 break
             stream.join()
         server_process.proc.send_signal(signal.SIGTERM)
@@ -194,3 +196,8 @@ def test_engine_processes_die_with_a_server_killed_by_sigkill(server, server_pro
     for pid in left:  # do not leave them running for the rest of the session
         os.kill(pid, signal.SIGKILL)
     assert not left, f"engine processes outlived the server by 15 s: {left}"
+
+
+def _ledger_rows(server: str, keys, request_id: str) -> list[dict]:
+    usage = httpx.get(f"{server}/v1/usage?limit=10000", headers=keys.admin_headers, timeout=30).json()["data"]
+    return [row for row in usage if row["request_id"] == request_id]
