@@ -74,24 +74,24 @@ def test_a_cancelled_stream_is_aborted_and_billed_once(grpc_address, server, ser
         return [r for r in httpx.get(f"{server}/v1/usage?limit=10000", headers=keys.admin_headers).json()["data"]
                 if r["request_id"] == request_id]
 
-    with grpc.insecure_channel(grpc_address) as channel:
+    def read(call) -> None:
+        try:
+            for response in call:
+                received.append(response)
+        except grpc.RpcError:
+            pass
+
+    # The engine is held before the call starts (a sync stream-stream call sends its request as it is made) and
+    # while the client cancels, so it cancels with nearly all 1000 tokens still to come.
+    with grpc.insecure_channel(grpc_address) as channel, EngineGate.of(server_process.proc.pid) as gate:
         call = GRPCInferenceServiceStub(channel).ModelStreamInfer(iter([request]),
                                                                   metadata=[("authorization", acme["Authorization"])])
-
-        def read() -> None:
-            try:
-                for response in call:
-                    received.append(response)
-            except grpc.RpcError:
-                pass
-
-        reader = threading.Thread(target=read, daemon=True)
-        # The engine is held while the client cancels, so it cancels with nearly all 1000 tokens still to come.
-        with EngineGate.of(server_process.proc.pid) as gate:
-            reader.start()
-            gate.pulse_until(lambda: bool(received))
-            call.cancel()
-            wait_until(lambda: bool(billed()), "a ledger row for the cancelled stream")
-        reader.join(timeout=30)
+        reader = threading.Thread(target=read, args=(call,), daemon=True)
+        reader.start()
+        gate.pulse_until(lambda: bool(received))
+        call.cancel()
+        wait_until(lambda: bool(billed()), "a ledger row for the cancelled stream")
+    reader.join(timeout=30)
     [row] = billed()
-    assert row["status"] == 499 and row["finish"] == "aborted" and 1 <= row["completion_tokens"] < 1000
+    assert (row["status"], row["finish"]) == (499, "aborted"), (row, len(received))
+    assert 1 <= row["completion_tokens"] < 1000
