@@ -166,6 +166,12 @@ class Keys:
         return {"Authorization": f"Bearer {self.metrics}"}
 
 
+def ledger_rows(server: str, keys: Keys, request_id: str) -> list[dict]:
+    """The server's ledger rows of one request (its X-Request-Id, or the id the server gave it), read as admin."""
+    usage = httpx.get(f"{server}/v1/usage?limit=10000", headers=keys.admin_headers, timeout=30).json()["data"]
+    return [row for row in usage if row["request_id"] == request_id]
+
+
 @pytest.fixture(scope="session")
 def keys() -> Keys:
     from api.tenancy.keys import generate_key

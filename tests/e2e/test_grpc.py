@@ -14,6 +14,7 @@ import tritonclient.grpc as triton
 
 from api.grpc import inference_pb2 as pb
 from api.grpc.inference_pb2_grpc import GRPCInferenceServiceStub
+from tests.conftest import ledger_rows
 from tests.engine_gate import EngineGate, wait_until
 from tests.triton_inputs import triton_inputs
 
@@ -70,10 +71,6 @@ def test_a_cancelled_stream_is_aborted_and_billed_once(grpc_address, server, ser
             tensor.contents.bytes_contents.append(value)
     received: list = []
 
-    def billed() -> list[dict]:
-        return [r for r in httpx.get(f"{server}/v1/usage?limit=10000", headers=keys.admin_headers).json()["data"]
-                if r["request_id"] == request_id]
-
     def read(call) -> None:
         try:
             for response in call:
@@ -90,8 +87,8 @@ def test_a_cancelled_stream_is_aborted_and_billed_once(grpc_address, server, ser
         reader.start()
         gate.pulse_until(lambda: bool(received))
         call.cancel()
-        wait_until(lambda: bool(billed()), "a ledger row for the cancelled stream")
+        wait_until(lambda: bool(ledger_rows(server, keys, request_id)), "a ledger row for the cancelled stream")
     reader.join(timeout=30)
-    [row] = billed()
+    [row] = ledger_rows(server, keys, request_id)
     assert (row["status"], row["finish"]) == (499, "aborted"), (row, len(received))
     assert 1 <= row["completion_tokens"] < 1000

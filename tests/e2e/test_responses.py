@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 import time
 
-import httpx
 import openai
 import pytest
+
+from tests.conftest import ledger_rows
 
 QUESTION = "Tell me about the sea."
 
@@ -61,7 +62,6 @@ def test_stored_responses_are_their_tenants_and_each_call_is_billed_once(server,
         globex.responses.create(model=base_model_id, input="x", previous_response_id=first.id)
     with pytest.raises(openai.NotFoundError):
         globex.responses.delete(first.id)
-    rows = [r for r in httpx.get(f"{server}/v1/usage?limit=10000", headers=keys.admin_headers).json()["data"]
-            if r["request_id"] == request_id]
+    rows = ledger_rows(server, keys, request_id)
     assert [(r["tenant"], r["prompt_tokens"], r["completion_tokens"]) for r in rows] == \
            [("acme", first.usage.input_tokens, first.usage.output_tokens)]

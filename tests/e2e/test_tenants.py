@@ -8,6 +8,7 @@ import time
 import httpx
 import pytest
 
+from tests.conftest import ledger_rows
 from tests.engine_gate import EngineGate, StreamReader, wait_until
 
 OPENAI_ERROR_FIELDS = {"message", "type", "param", "code"}
@@ -94,12 +95,8 @@ def test_aborted_stream_is_billed_for_tokens_sent(server, server_process, acme, 
         stream.drop()
         received = sum(len(chunk["choices"][0]["token_ids"]) for chunk in stream.chunks)
 
-        def billed() -> list[dict]:
-            return [r for r in httpx.get(f"{server}/v1/usage?limit=10000", headers=keys.admin_headers).json()["data"]
-                    if r["request_id"] == request_id]
-
-        wait_until(lambda: bool(billed()), "a ledger row for the dropped stream")
-    [row] = billed()
+        wait_until(lambda: bool(ledger_rows(server, keys, request_id)), "a ledger row for the dropped stream")
+    [row] = ledger_rows(server, keys, request_id)
     assert row["status"] == 499 and row["finish"] == "aborted"
     # Billed at least what the client received, and not for the 1000 it asked for.
     assert 1 <= received <= row["completion_tokens"] < 1000

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from api.observability.drift_store import DRIFT_FILE, DriftStore
-from tests.conftest import ARTIFACTS
+from tests.conftest import ARTIFACTS, ledger_rows
 from tests.engine_gate import EngineGate, StreamReader, wait_until
 
 
@@ -105,7 +105,7 @@ def test_sigterm_lets_a_running_stream_finish_then_exits_zero(server_process, se
             # The server writes a request's ledger row before it stops counting it as in flight, and a held
             # engine cannot finish it meanwhile. Without a real-time pulse timer (tests/engine_gate.py) a pulse
             # woken seconds late can run the whole stream: then it is read to its end and another one is held.
-            if not _ledger_rows(server, keys, request_id):
+            if not ledger_rows(server, keys, request_id):
                 break
             stream.join()
         server_process.proc.send_signal(signal.SIGTERM)
@@ -193,7 +193,3 @@ def test_ledger_survives_kill_9_during_load_and_the_engine_follows(server_proces
         os.kill(pid, signal.SIGKILL)
     assert not left, f"engine processes outlived the server by 15 s: {left}"
 
-
-def _ledger_rows(server: str, keys, request_id: str) -> list[dict]:
-    usage = httpx.get(f"{server}/v1/usage?limit=10000", headers=keys.admin_headers, timeout=30).json()["data"]
-    return [row for row in usage if row["request_id"] == request_id]
