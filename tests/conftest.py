@@ -210,6 +210,7 @@ class ServerProcess:
         self.argv, self.env, self.log_path = argv, env, log_path
         self.port = _free_port()
         self.proc: subprocess.Popen | None = None
+        self.ready = False
         self.children: set[int] = set()
 
     @property
@@ -217,10 +218,18 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
+        self.launch()
+        self.wait_ready()
+
+    def launch(self) -> None:
+        """Starts the process and returns at once; `wait_ready` (or `ensure_running`) waits for its engine."""
         log = self.log_path.open("a")
         self.proc = subprocess.Popen([*self.argv, "--port", str(self.port)], cwd=REPO, env=self.env,
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
+        self.ready = False
+
+    def wait_ready(self) -> None:
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S
         while True:
             if self.proc.poll() is not None:
@@ -235,10 +244,15 @@ class ServerProcess:
                 pytest.fail("server did not become ready in time")
             time.sleep(1)
         self.children = _descendants(self.proc.pid)
+        self.ready = True
 
     def ensure_running(self) -> None:
-        """Starts the server unless it is up and ready; one still shutting down is waited for first."""
+        """Starts the server unless it is up and ready; one still starting is waited for, one still shutting down
+        is waited out first."""
         if self.proc is not None and self.proc.poll() is None:
+            if not self.ready:
+                self.wait_ready()
+                return
             try:
                 if httpx.get(f"{self.url}/ready", timeout=5).status_code == 200:
                     return
@@ -287,10 +301,18 @@ def server_process(demo_home, adapter_dirs, tenants_file):
             "--adapter", f"{EXTRA_ADAPTER}={adapter_dirs[EXTRA_ADAPTER]}",
             "--grpc-port", str(_free_port())]  # tests/e2e/test_grpc.py
     process = ServerProcess(argv, env, log_path)
-    process.start()
+    process.launch()
     yield process
     if process.proc.poll() is None:
         process.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def launch_session_server_early(request, private_data_home, shared_compile_cache):
+    """When the session will need the server, its engine boots (~60 s on two cores) from the first test on, beside
+    the unit tests that run before the end-to-end ones; the `server` fixture waits for it to be ready."""
+    if any("server_process" in item.fixturenames for item in request.session.items):
+        request.getfixturevalue("server_process")
 
 
 @pytest.fixture(scope="session")

@@ -40,10 +40,12 @@ def cluster(demo_home, adapter_dirs, tenants_file, tmp_path_factory, collector):
     log_path.write_text("")
     env = {**os.environ, "LORAPLEX_HOME": str(demo_home), "VLLM_CPU_KVCACHE_SPACE": "1"}
     ledger = tmp_path_factory.mktemp("cluster") / "usage.sqlite"
+    # --max-num-seqs as the session server's: the same compiled graph (vLLM hashes it), so the replicas load it from
+    # the session's compile cache instead of each compiling it cold (~40 s on two busy cores).
     argv = [sys.executable, "-m", "api.cli", "serve", "--demo", TINY, "--dtype", "float32",
             "--config", str(tenants_file),
             "--replicas", "2", "--affinity-max-ongoing", "2", "--replica-stats-period-s", "0.5",
-            "--max-loras", "2", "--max-cpu-loras", "4", "--max-num-seqs", "16", "--max-model-len", "1024",
+            "--max-loras", "2", "--max-cpu-loras", "4", "--max-num-seqs", "32", "--max-model-len", "1024",
             "--kv-cache-gib", "0.25", "--ledger-url", str(ledger), "--drain-timeout-s", "10",
             "--otlp-endpoint", collector.url, "--adapter", f"{EXTRA_ADAPTER}={adapter_dirs[EXTRA_ADAPTER]}"]
     process = ServerProcess(argv, env, log_path)
