@@ -103,9 +103,10 @@ class LoraplexConfig(BaseModel):
     @model_validator(mode="after")
     def _across_sections(self) -> LoraplexConfig:
         problems = []
-        if len(self.pins) >= self.engine.max_cpu_loras:
-            problems.append(f"pins: {len(self.pins)} pinned adapters leave no room in max_cpu_loras "
-                            f"{self.engine.max_cpu_loras}")
+        held = set(self.pins) | set(self.cluster.adapter_replicas)
+        if len(held) >= self.engine.max_cpu_loras:
+            problems.append(f"pins and adapter_replicas: {len(held)} adapters held loaded leave no room in "
+                            f"max_cpu_loras {self.engine.max_cpu_loras}")
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -13,7 +13,8 @@ from adapters.base_model import BaseModelError, base_model_spec
 from adapters.demo.assets import DemoAssets, DemoConfig, ensure_demo_assets
 from adapters.demo.smollm2 import GgufNotFoundError
 from adapters.home import demo_home
-from adapters.registry import Registry
+from adapters.identity import parse_model_ref
+from adapters.registry import AdapterNotFound, Registry
 from adapters.sql import DB_ERRORS
 from adapters.validation import AdapterValidationError
 from api.cli.flags import add_config_arguments, config_from_args
@@ -48,11 +49,25 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
                        "(a new version only if its content changed), and serve it (repeatable).")
     serve.add_argument("--pin", action="append", default=[], metavar="NAME",
                        help="Keep adapter NAME (its stable version) loaded in the engine's CPU tier and on "
-                       "disk; never evicted (repeatable). With --replicas each replica keeps it once it has "
-                       "loaded it, on its first request.")
+                       "disk; never evicted (repeatable). Loaded at start; with --replicas, by every replica at "
+                       "its start.")
+    serve.add_argument("--adapter-replicas", action="append", default=[], metavar="NAME=N",
+                       dest="adapter_replicas_flags",
+                       help="With --replicas: N replicas hold adapter NAME (or NAME:ALIAS) from their start, "
+                       "preloaded and never evicted, and its requests go to the least loaded of them "
+                       "(repeatable).")
     add_config_arguments(serve, DemoConfig, skip=set())
+    skips = {"engine": {"model"}, "cluster": {"adapter_replicas"}}
     for section, config_cls in FLAG_SECTIONS.items():
-        add_config_arguments(serve, config_cls, skip={"model"} if section == "engine" else set())
+        add_config_arguments(serve, config_cls, skip=skips.get(section, set()))
+
+
+def parse_adapter_replicas_flag(value: str) -> tuple[str, int]:
+    """`NAME=N` from the command line."""
+    ref, sep, count = value.partition("=")
+    if not sep or not ref or not count.strip().isdigit():
+        raise ValueError(f"expected NAME=N with N a whole number, got {value!r}")
+    return ref, int(count)
 
 
 def parse_adapter_flag(value: str) -> tuple[str, Path]:
@@ -119,6 +134,20 @@ def _tenancy(path: str | None) -> TenancyConfig:
         raise SystemExit(f"invalid tenants config {path}:\n  - " + "\n  - ".join(e.problems)) from e
 
 
+def check_held_adapters(registry: Registry, config: LoraplexConfig) -> None:
+    """Every adapter --pin and --adapter-replicas name is one this registry serves, checked before any engine
+    starts (a replica that cannot load one would fail its start over and over); every problem at once."""
+    problems = []
+    for flag, refs in (("--pin", config.pins), ("--adapter-replicas", tuple(config.cluster.adapter_replicas))):
+        for ref in refs:
+            try:
+                registry.resolve(parse_model_ref(ref))
+            except (ValueError, AdapterNotFound) as e:
+                problems.append(f"{flag} {ref}: {e}")
+    if problems:
+        raise SystemExit("adapters to hold that cannot be served:\n  - " + "\n  - ".join(problems))
+
+
 def check_virtual_models(tenancy: TenancyConfig, registry: Registry, base_model_id: str, path: str | None) -> None:
     """The tenants file's virtual models against the registry, before the engine starts; every problem at once."""
     try:
@@ -130,7 +159,11 @@ def check_virtual_models(tenancy: TenancyConfig, registry: Registry, base_model_
 def cluster_config(args: argparse.Namespace, tenancy: TenancyConfig) -> ClusterConfig:
     """The flags when --replicas is given, else the tenants file's `cluster:` section, else off."""
     if args.replicas is not None or tenancy.cluster is None:
-        return config_from_args(ClusterConfig, args)
+        try:
+            targets = dict(parse_adapter_replicas_flag(v) for v in args.adapter_replicas_flags)
+        except ValueError as e:
+            raise SystemExit(f"--adapter-replicas: {e}") from e
+        return config_from_args(ClusterConfig, args, adapter_replicas=targets)
     return tenancy.cluster
 
 
@@ -187,6 +220,7 @@ def serve(args: argparse.Namespace) -> None:
         raise SystemExit(f"--index-url: cannot open the registry index: {e}") from e
     published = _publish_startup_adapters(registry, flags)
     check_virtual_models(config.tenancy, registry, base.model_id, config.serving.config)
+    check_held_adapters(registry, config)
     if model_id_of(config.engine) != base.model_id:
         raise SystemExit(f"model id mismatch: engine {model_id_of(config.engine)!r}, registry base {base.model_id!r}")
     try:

@@ -19,8 +19,9 @@ from engine.cluster.replica import ReplicaSpec
 
 def build_cluster_server(registry: Registry, config: LoraplexConfig) -> Server:
     """The replicas deploy when the app starts (`RayEngineClient.start`) and go when it stops; each keeps its own
-    adapter tiers (and `config.pins`)."""
-    spec = ReplicaSpec(config.engine, config.registry, config.pins, config.serving.otlp_endpoint)
+    adapter tiers, and preloads `config.pins` and the adapters `config.cluster.adapter_replicas` places on it."""
+    spec = ReplicaSpec(config.engine, config.registry, config.pins, config.serving.otlp_endpoint,
+                       config.cluster.adapter_replicas)
     deployment = EngineDeployment(config.cluster, spec, config.serving.drain_timeout_s)
     engine = RayEngineClient(deployment, model_id_of(config.engine))
     return build_server(engine, registry, config, tiers=ClusterTiers(engine), cluster=engine)

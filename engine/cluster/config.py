@@ -49,6 +49,10 @@ class ClusterConfig(BaseModel):
                                           "resident adapters and load to the router.")
     replica_num_cpus: float = Field(default=0.0, ge=0, description="CPUs Ray reserves per replica (0: schedule "
                                     "regardless; vLLM's own threads do the work).")
+    adapter_replicas: dict[str, int] = Field(
+        default_factory=dict, description="Adapters (NAME or NAME:ALIAS) that replicas hold from their start: N "
+        "replicas each preload the adapter and never evict it, and its requests go to the least loaded of them "
+        "(--adapter-replicas NAME=N, repeatable). `--pin` is held by every replica.")
     max_replicas_per_node: int | None = Field(
         default=None, ge=0, description="Most replicas Ray Serve places on one node (default: the most replicas "
         "there may be divided by the nodes alive at deploy time, rounded up, so replicas never all share a host "
@@ -83,6 +87,14 @@ class ClusterConfig(BaseModel):
             problems.append("replicas must be >= 1 without autoscaling")
         if self.replicas is None and (self.ray_address is not None or self.autoscale or self.attach):
             problems.append("--ray-address, --autoscale and --attach need --replicas")
+        for ref, wanted in self.adapter_replicas.items():
+            if wanted < 1:
+                problems.append(f"adapter_replicas: {ref} asks for {wanted} replicas; at least 1")
+            elif self.most_replicas is not None and wanted > self.most_replicas:
+                problems.append(f"adapter_replicas: {ref} asks for {wanted} replicas; there are at most "
+                                f"{self.most_replicas}")
+        if self.adapter_replicas and self.replicas is None:
+            problems.append("--adapter-replicas needs --replicas")
         if self.attach and self.ray_address is None:
             problems.append("--attach needs --ray-address (the cluster the replicas run on)")
         if problems:

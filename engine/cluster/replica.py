@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import ray
@@ -19,10 +19,12 @@ from ray import serve
 
 from adapters.base_model import base_model_spec
 from adapters.disk_cache import AdapterDiskCache
+from adapters.identity import parse_model_ref
 from adapters.manifest import Manifest
 from adapters.registry import Registry, RegistryConfig
 from adapters.tiers import TIER_CPU, AdapterTiers
 from engine.async_engine import LoraplexEngine
+from engine.cluster.placement import held_here
 from engine.cluster.report import ReplicaReport, ReplicaTierCounts
 from engine.cluster.router import RESIDENT_STAT
 from engine.config import EngineConfig
@@ -40,6 +42,7 @@ class ReplicaSpec:
     registry: RegistryConfig
     pins: tuple[str, ...] = ()
     otlp_endpoint: str | None = None  # the server's: replica spans join the request's trace
+    adapter_replicas: Mapping[str, int] = field(default_factory=dict)  # ClusterConfig.adapter_replicas
 
 
 class EngineReplica:
@@ -50,19 +53,24 @@ class EngineReplica:
         base = base_model_spec(Path(spec.engine.model))
         self.registry = Registry.from_config(spec.registry, base, spec.engine.max_lora_rank)
         self.counts = ReplicaTierCounts()
+        held = held_here(spec.pins, spec.adapter_replicas, context.rank.rank, context.world_size)
+        names = frozenset(parse_model_ref(ref).name for ref in held)
         # A disk cache of its own: two replicas on one node must not evict each other's folders.
         disk_dir = spec.registry.resolved_disk_cache_dir() / "replicas" / self.replica_id
         self.disk = AdapterDiskCache(disk_dir, spec.registry.disk_cache_bytes, self.registry.store)
-        for name in spec.pins:
+        for name in names:
             self.disk.pin(name)
         self.engine = LoraplexEngine(spec.engine)
         self.engine.start()
         self.tiers = AdapterTiers(self.engine, self.disk, self.registry.check_folder, self.counts,
-                                  spec.engine.max_loras, spec.engine.max_cpu_loras, frozenset(spec.pins))
+                                  spec.engine.max_loras, spec.engine.max_cpu_loras, names)
+        for ref in held:  # before the replica takes requests: its first report shows them resident
+            self.tiers.release(await self.tiers.acquire(self.registry.resolve(parse_model_ref(ref))))
         self.engine.add_step_listener(self._on_step)
         self.tracing = Tracing(spec.otlp_endpoint, service_name="loraplex-replica")
         self.ongoing = 0
-        logger.info("engine replica %s ready on node %s", self.replica_id, self.node_id)
+        logger.info("engine replica %s (rank %d of %d) ready on node %s, holding %s", self.replica_id,
+                    context.rank.rank, context.world_size, self.node_id, ", ".join(held) or "nothing")
 
     def _on_step(self, wall: float, tokens: int, busy: bool) -> None:
         self.tiers.on_step(self.engine.load().running_by_adapter)

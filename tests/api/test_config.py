@@ -30,10 +30,21 @@ def test_admission_size_has_one_default(max_num_seqs, cluster, file_max_running,
     assert config.admission_size == size
 
 
-@pytest.mark.parametrize(("pins", "max_cpu_loras", "ok"), [
-    ((), 8, True), (("a",) * 7, 8, True), (("a",) * 8, 8, False)])
-def test_pins_must_leave_room_in_the_cpu_tier(pins, max_cpu_loras, ok):
-    make = lambda: LoraplexConfig(engine=EngineConfig(model="m", max_loras=1, max_cpu_loras=max_cpu_loras), pins=pins)  # noqa: E731
+def _names(n: int) -> tuple[str, ...]:
+    return tuple(f"a{i}" for i in range(n))
+
+
+@pytest.mark.parametrize(("pins", "targets", "ok"), [
+    ((), {}, True),
+    (_names(7), {}, True),
+    (_names(8), {}, False),
+    (_names(4), {name: 2 for name in _names(3)}, True),  # a pin that is also a target is held once
+    (_names(4), {name: 2 for name in ("x", "y", "z", "w")}, False),
+])
+def test_held_adapters_must_leave_room_in_the_cpu_tier(pins, targets, ok):
+    def make() -> LoraplexConfig:
+        return LoraplexConfig(engine=EngineConfig(model="m", max_loras=1, max_cpu_loras=8), pins=pins,
+                              cluster=ClusterConfig(replicas=2, adapter_replicas=targets))
     if ok:
         assert make().pins == pins
     else:

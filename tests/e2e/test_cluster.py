@@ -23,6 +23,7 @@ from tests.otlp import OtlpCollector
 MAX_TOKENS = 16
 PROMPT = "Hello world, the quick brown fox"
 REPLACE_TIMEOUT_S = 240
+HELD = "sql-helper"  # asks for both replicas (--adapter-replicas)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,8 @@ def cluster(demo_home, adapter_dirs, tenants_file, tmp_path_factory, collector):
             "--replicas", "2", "--affinity-max-ongoing", "2", "--replica-stats-period-s", "0.5",
             "--max-loras", "2", "--max-cpu-loras", "4", "--max-num-seqs", "32", "--max-model-len", "1024",
             "--kv-cache-gib", "0.25", "--ledger-url", str(ledger), "--drain-timeout-s", "10",
-            "--otlp-endpoint", collector.url, "--adapter", f"{EXTRA_ADAPTER}={adapter_dirs[EXTRA_ADAPTER]}"]
+            "--otlp-endpoint", collector.url, "--adapter", f"{EXTRA_ADAPTER}={adapter_dirs[EXTRA_ADAPTER]}",
+            "--adapter-replicas", f"{HELD}=2"]
     process = ServerProcess(argv, env, log_path)
     process.start()
     yield process
@@ -97,6 +99,14 @@ def test_greedy_outputs_equal_the_single_process_server(cluster, server, acme, b
         assert through_ray.json()["choices"][0]["token_ids"] == expected, model
         assert through_ray.headers["x-loraplex-model"] == single.headers["x-loraplex-model"]
         assert _streamed_token_ids(cluster.url, acme, model) == expected, f"{model}, streamed"
+
+
+def test_an_adapter_asking_for_two_replicas_is_held_by_both(cluster, keys):
+    """The greedy test above sent it twice, one after the other: affinity alone would have loaded it on one
+    replica. Both preloaded it at their start, and it is pinned there."""
+    status = _status(cluster, keys)
+    assert len(status["replicas"]) == 2, "both replicas have served (the greedy test sends to each)"
+    assert _holders(status, f"{HELD}@1") == {r["replica_id"] for r in status["replicas"]}
 
 
 def test_a_trace_crosses_the_ray_hop(cluster, collector, acme):

@@ -93,3 +93,46 @@ def _cluster_of(argv: list[str], file_section: dict | None):
 def test_cluster_config_from_flags_else_the_file(argv, file_section, replicas, routing):
     cluster = _cluster_of(argv, file_section)
     assert (cluster.replicas, cluster.routing) == (replicas, routing)
+
+
+@pytest.mark.parametrize(("argv", "targets"), [
+    (["--replicas", "3"], {}),
+    (["--replicas", "3", "--adapter-replicas", "poet=2", "--adapter-replicas", "legal:stable=3"],
+     {"poet": 2, "legal:stable": 3}),
+])
+def test_adapter_replicas_from_flags(argv, targets):
+    assert _cluster_of(argv, None).adapter_replicas == targets
+
+
+@pytest.mark.parametrize("flag", ["poet", "poet=", "=2", "poet=two", "poet=-1"])
+def test_a_malformed_adapter_replicas_flag_is_refused_by_name(flag):
+    with pytest.raises(SystemExit, match="--adapter-replicas: expected NAME=N"):
+        _cluster_of(["--replicas", "2", "--adapter-replicas", flag], None)
+
+
+def test_held_adapters_are_checked_before_the_engine_starts(demo_assets, tmp_path):
+    from adapters.base_model import base_model_spec
+    from adapters.registry import Registry, RegistryConfig
+    from api.cli.serve import check_held_adapters
+    from api.config import LoraplexConfig
+    from engine.cluster.config import ClusterConfig
+    from engine.config import EngineConfig
+
+    config = RegistryConfig(store_uri=str(tmp_path / "blobs"), index_url=str(tmp_path / "index.sqlite"))
+    registry = Registry.from_config(config, base_model_spec(demo_assets.model_dir), max_lora_rank=64)
+    registry.push(demo_assets.adapter_dirs["poet"], "poet")
+
+    def held(pins: tuple[str, ...], targets: dict[str, int]) -> LoraplexConfig:
+        return LoraplexConfig(engine=EngineConfig(model=str(demo_assets.model_dir)), pins=pins,
+                              cluster=ClusterConfig(replicas=2, adapter_replicas=targets))
+
+    with pytest.raises(SystemExit) as caught:
+        check_held_adapters(registry, held(("poet", "ghost"), {"poet:canary": 1, "Bad Name": 2}))
+    assert str(caught.value).splitlines() == [
+        "adapters to hold that cannot be served:",
+        "  - --pin ghost: adapter 'ghost' not found",
+        "  - --adapter-replicas poet:canary: adapter 'poet' has no alias 'canary'",
+        "  - --adapter-replicas Bad Name: adapter name 'Bad Name' must match ^[a-z0-9][a-z0-9._-]{0,62}$",
+    ]
+    check_held_adapters(registry, held(("poet",), {"poet": 2}))
+    registry.close()

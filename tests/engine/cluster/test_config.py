@@ -18,6 +18,10 @@ def test_off_by_default():
     ({"autoscale": True}, "need --replicas"),
     ({"replicas": 1, "autoscale": True, "min_replicas": 3, "max_replicas": 2}, "min_replicas (3) must be <="),
     ({"replicas": 5, "autoscale": True, "min_replicas": 1, "max_replicas": 4}, "must lie in [min_replicas"),
+    ({"replicas": 2, "adapter_replicas": {"poet": 3}}, "poet asks for 3 replicas; there are at most 2"),
+    ({"replicas": 1, "autoscale": True, "max_replicas": 2, "adapter_replicas": {"poet": 3}}, "at most 2"),
+    ({"replicas": 2, "adapter_replicas": {"poet": 0}}, "poet asks for 0 replicas; at least 1"),
+    ({"adapter_replicas": {"poet": 1}}, "--adapter-replicas needs --replicas"),
 ])
 def test_cross_field_problems(values, problem):
     with pytest.raises(ValidationError, match=problem.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
