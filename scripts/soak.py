@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import sqlite3
 import statistics
@@ -115,6 +116,20 @@ def tenants_file(state: str, admission: dict[str, float]) -> tuple[Path, str]:
     path.write_text(yaml.safe_dump({"admission": admission, "tenants": [
         {"name": "load", "key_hashes": [hash_key(key)], "adapters": ["*"]}]}))
     return path, key
+
+
+def trace_env(every_minutes: float | None) -> dict[str, str]:
+    """The server's environment for `--trace-every-minutes`: sitecustomize on its path, a fresh snapshot folder."""
+    if every_minutes is None:
+        return {}
+    folder = RESULTS / ".soak-trace"
+    if folder.exists():
+        for old in folder.iterdir():
+            old.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = [str(REPO / "scripts" / "soak_trace"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {"PYTHONPATH": os.pathsep.join(path), "LORAPLEX_SOAK_TRACE_DIR": str(folder),
+            "LORAPLEX_SOAK_TRACE_EVERY_S": str(every_minutes * 60)}
 
 
 def admission_setting(text: str) -> tuple[str, float]:
@@ -298,6 +313,10 @@ def main() -> None:
     parser.add_argument("--calibrate-s", type=float, default=30.0, help="seconds of capacity measurement")
     parser.add_argument("--admission", type=admission_setting, action="append", default=[], metavar="NAME=VALUE",
                         help="a setting of the tenants file's admission section (repeatable)")
+    parser.add_argument("--trace-every-minutes", type=float, default=None, help="trace Python's allocations in "
+                        "every server process from so many minutes after it starts, and write a tracemalloc "
+                        "snapshot every so many minutes after that under docs/results/.soak-trace/ "
+                        "(scripts/soak_trace/sitecustomize.py; tracing slows the server)")
     args = parser.parse_args()
     load = args.load if args.load is not None else (0.6 if args.mode == "soak" else 2.0)
     seconds = args.minutes * 60 if args.mode == "soak" else args.seconds
@@ -310,7 +329,7 @@ def main() -> None:
             extra, headers = (*extra, "--config", str(config)), {"Authorization": f"Bearer {key}"}
         cmd = loraplex_command(port, {}, max_loras=4, max_cpu_loras=8, extra=("--demo", "tiny", *extra))
         log = RESULTS / f".{args.mode}-server.log"
-        with running(cmd, port, log, ready_path="/ready") as base:
+        with running(cmd, port, log, ready_path="/ready", env=trace_env(args.trace_every_minutes)) as base:
             server_pid = int(next(p for p in Path("/proc").iterdir() if p.name.isdigit()
                                   and _is_server(p, port)).name)
             # The base model and every demo adapter, as the server names them.
