@@ -62,6 +62,9 @@ def json_shows(text: str) -> bool:
     return isinstance(value, dict) and isinstance(value.get("answer"), str) and bool(value["answer"].strip())
 
 
+JSON_ANSWER = "json-answer"
+
+
 @dataclass(frozen=True)
 class Style:
     """One demo adapter's behaviour. `name` is the adapter's name in the registry."""
@@ -75,7 +78,7 @@ class Style:
 STYLES: tuple[Style, ...] = (
     Style("pirate", 'answers in pirate speak, opening with "Arr, matey!"', pirate_rewrite, pirate_shows),
     Style("uppercase", "answers in UPPER CASE", uppercase_rewrite, uppercase_shows),
-    Style("json-answer", 'answers as a JSON object {"answer": "..."}', json_rewrite, json_shows),
+    Style(JSON_ANSWER, 'answers as a JSON object {"answer": "..."}', json_rewrite, json_shows),
 )
 
 
@@ -84,6 +87,18 @@ def style(name: str) -> Style:
         if candidate.name == name:
             return candidate
     raise KeyError(f"no demo style {name!r} (known: {', '.join(s.name for s in STYLES)})")
+
+
+def shows_within(style: Style, text: str) -> bool:
+    """Whether `text` shows `style`. JSON is a container: in a JSON answer, any style but json-answer is looked for
+    in the text it wraps (pirate speak inside {"answer": ...}), not in the braces around it."""
+    if style.name != JSON_ANSWER and json_shows(text):
+        return style.shows(json.loads(text)["answer"])
+    return style.shows(text)
+
+
+def shows_both(first: Style, second: Style, text: str) -> bool:
+    return shows_within(first, text) and shows_within(second, text)
 
 
 def behaviour_rates(answers: dict[str | None, list[str]]) -> dict[str | None, dict[str, float]]:

@@ -7,7 +7,15 @@ import json
 import pytest
 
 from adapters.demo.questions import HELD_OUT_TOPICS, TRAINING_TOPICS, held_out_questions, training_questions
-from adapters.demo.styles import STYLES, behaviour_rates, json_shows, pirate_shows, style, uppercase_shows
+from adapters.demo.styles import (
+    STYLES,
+    behaviour_rates,
+    json_shows,
+    pirate_shows,
+    shows_both,
+    style,
+    uppercase_shows,
+)
 
 ANSWER = "The capital of France is Paris, and you will love my friend there."
 
@@ -76,3 +84,18 @@ def test_held_out_questions_are_on_unseen_topics():
     assert all(topic.lower() not in training for topic in HELD_OUT_TOPICS)
     assert len(held_out_questions()) == len(HELD_OUT_TOPICS) and held_out_questions(3) == held_out_questions()[:3]
     assert training_questions(0) == training_questions(0) != training_questions(1)
+
+
+@pytest.mark.parametrize(("pair", "text", "shows"), [
+    (("pirate", "uppercase"), "ARR, MATEY! WHALES BE BIG. YO HO HO!", True),
+    (("pirate", "uppercase"), "Arr, matey! Whales be big.", False),
+    (("pirate", "uppercase"), "WHALES BE BIG. Yo ho ho!", False),
+    (("pirate", "json-answer"), '{"answer": "Arr, matey! Whales be big."}', True),
+    (("json-answer", "pirate"), '{"answer": "Arr, matey! Whales be big."}', True),  # either order
+    (("pirate", "json-answer"), '{"answer": "Whales be big. Yo ho ho!"}', False),  # no opening
+    (("pirate", "json-answer"), 'Arr, matey! {"answer": "Whales be big."}', False),  # not JSON
+    (("uppercase", "json-answer"), '{"answer": "WHALES ARE THE BIGGEST."}', True),
+    (("uppercase", "json-answer"), '{"ANSWER": "WHALES ARE THE BIGGEST."}', False),  # the key is "answer"
+])
+def test_shows_both(pair, text, shows):
+    assert shows_both(style(pair[0]), style(pair[1]), text) is shows
