@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from adapters.demo.questions import held_out_questions
 from adapters.demo.smollm2 import MODEL_ID, TRAINED_ADAPTERS
-from adapters.demo.styles import STYLES, behaviour_rates
+from adapters.demo.styles import STYLES, behaviour_rates, shows_both, style
 from tests.engine_gate import EngineGate, until_engine_holds
 
 QUESTIONS = ["What is the capital of France?", "Describe whales in one sentence."]
@@ -24,6 +24,9 @@ MAX_TOKENS = 16
 BEHAVIOUR_TOKENS = 64
 # The least share of held-out answers in which an adapter's style shows (the issue asks for 80%).
 MIN_RATE = 0.8
+# The README's mixture, named per request: upper case inside a JSON answer in 10 of the 20 held-out answers with
+# transformers + peft (scripts/demo_mixture.py --pair uppercase,json-answer, 48 tokens).
+MIXTURE, MIXTURE_TOKENS, MIN_MIXTURE_RATE = "uppercase*0.75+json-answer*1.5", 48, 0.4
 # The tool-caller on held-out tool questions (adapters/demo/trained/EVALUATION.json: 57% right, 83% valid, 0%
 # spurious): bounds a little below what it measured, for a CPU whose rounding flips a greedy choice or two.
 MIN_RIGHT_CALLS = 0.5
@@ -117,6 +120,17 @@ async def test_each_adapter_shows_its_style_on_held_out_questions(smollm2_server
     assert all(rate == 0 for rate in rates[None].values()), (rates[None], answers[None])
     for style in STYLES:
         assert rates[style.name][style.name] >= MIN_RATE, (style.name, rates[style.name], answers[style.name])
+
+
+async def test_the_readmes_mixture_shows_both_styles(smollm2_server):
+    questions = held_out_questions()
+    async with AsyncOpenAI(base_url=f"{smollm2_server}/v1", api_key="unused", max_retries=0, timeout=300) as client:
+        responses = await asyncio.gather(*[client.chat.completions.create(
+            model=MIXTURE, messages=[{"role": "user", "content": q}], max_tokens=MIXTURE_TOKENS, temperature=0)
+            for q in questions])
+    texts = [r.choices[0].message.content for r in responses]
+    both = [t for t in texts if shows_both(style("uppercase"), style("json-answer"), t)]
+    assert len(both) >= MIN_MIXTURE_RATE * len(texts), texts
 
 
 class Capital(BaseModel):
