@@ -37,6 +37,13 @@ from engine.types import (
 
 logger = logging.getLogger(__name__)
 
+# oneDNN's process-wide primitive cache holds 1024 primitives by default, and a matmul primitive keeps buffers sized
+# by its row count (about M x N x 4 bytes): as rarer, larger batches came, the worker's RSS grew for hours
+# (docs/reliability.md). vLLM's linear layers keep their own primitives per layer; 64 bounds the rest (54 MiB of
+# growth against 362 in scripts/bench_onednn_cache.py) and keeps torch's bfloat16 bmm, which has no cache of its
+# own, near the default's speed (99 against 87 us a call), where 0 made it 6.5x slower.
+ONEDNN_PRIMITIVE_CACHE = 64
+
 
 def model_id_of(config: EngineConfig) -> str:
     """The served id: explicit name, else the id the demo builder recorded, else the folder name."""
@@ -124,6 +131,7 @@ class LoraplexEngine:
 
     def start(self) -> None:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(self.config.kv_cache_gib))))
+        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_PRIMITIVE_CACHE))  # read by the workers
         # The compiled graph's caches (vLLM's and inductor's), kept with the rest of loraplex's data: a restart
         # with the same model and settings reuses the generated code.
         os.environ.setdefault("VLLM_CACHE_ROOT", str(data_home() / "compile-cache" / "vllm"))
