@@ -157,13 +157,21 @@ def check_virtual_models(tenancy: TenancyConfig, registry: Registry, base_model_
 
 
 def cluster_config(args: argparse.Namespace, tenancy: TenancyConfig) -> ClusterConfig:
-    """The flags when --replicas is given, else the tenants file's `cluster:` section, else off."""
+    """The flags when --replicas is given, else the tenants file's `cluster:` section, else off. Other scale-out
+    flags beside the file's section without --replicas are refused by name: the section would set them."""
     if args.replicas is not None or tenancy.cluster is None:
         try:
             targets = dict(parse_adapter_replicas_flag(v) for v in args.adapter_replicas_flags)
         except ValueError as e:
             raise SystemExit(f"--adapter-replicas: {e}") from e
         return config_from_args(ClusterConfig, args, adapter_replicas=targets)
+    given = [name for name, field in ClusterConfig.model_fields.items()
+             if hasattr(args, name) and getattr(args, name) != field.default]
+    given += ["adapter_replicas"] if args.adapter_replicas_flags else []
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise SystemExit(f"{flags}: the tenants file's cluster: section sets scale-out when --replicas is not "
+                         "given; set these there, or give --replicas to use the flags instead")
     return tenancy.cluster
 
 

@@ -95,6 +95,15 @@ def test_cluster_config_from_flags_else_the_file(argv, file_section, replicas, r
     assert (cluster.replicas, cluster.routing) == (replicas, routing)
 
 
+@pytest.mark.parametrize("argv", [["--routing", "power_of_two"], ["--adapter-replicas", "poet=2"],
+                                  ["--affinity-max-ongoing", "4", "--autoscale"]])
+def test_scale_out_flags_the_files_section_would_override_are_refused_by_name(argv):
+    with pytest.raises(SystemExit) as caught:
+        _cluster_of(argv, {"replicas": 2})
+    named = [a for a in argv if a.startswith("--")]
+    assert str(caught.value).startswith(", ".join(named) + ": the tenants file's cluster: section")
+
+
 @pytest.mark.parametrize(("argv", "targets"), [
     (["--replicas", "3"], {}),
     (["--replicas", "3", "--adapter-replicas", "poet=2", "--adapter-replicas", "legal:stable=3"],
