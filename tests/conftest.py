@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,6 +135,7 @@ TENANTS = {
     "obs": (["*"], "standard", {}),
     "tiny": (["sql-helper"], "standard", {"requests_per_minute": 3, "max_tokens": 16}),
     "solo": (["*"], "standard", {"max_concurrent": 1}),
+    "quad": (["*"], "standard", {"max_concurrent": 4}),
     "tokmin": (["*"], "standard", {"tokens_per_minute": 120}),
 }
 PRICES = {"prompt": 1.0, "completion": 2.0}
@@ -509,6 +511,51 @@ def postgres_server(tmp_path_factory):
     server = PostgresServer(tmp_path_factory.mktemp("state"))
     yield server
     server.stop()
+
+
+FAKE_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_CONFIG_FILE": "/nonexistent/aws-config",
+    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws-credentials",
+}
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> str:
+    """A moto S3 server on a free loopback port for the whole session."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+def new_s3_bucket(s3_endpoint: str) -> str:
+    """A new empty bucket on the session's S3 server."""
+    import boto3
+
+    bucket = f"loraplex-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_endpoint, **_boto3_credentials()).create_bucket(Bucket=bucket)
+    return bucket
+
+
+def _boto3_credentials() -> dict[str, str]:
+    return {"aws_access_key_id": FAKE_AWS_ENV["AWS_ACCESS_KEY_ID"],
+            "aws_secret_access_key": FAKE_AWS_ENV["AWS_SECRET_ACCESS_KEY"],
+            "region_name": FAKE_AWS_ENV["AWS_DEFAULT_REGION"]}
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint, monkeypatch) -> str:
+    """A new empty bucket; boto3 in the test reaches the loopback server through AWS_ENDPOINT_URL."""
+    for key, value in FAKE_AWS_ENV.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
+    return new_s3_bucket(s3_endpoint)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

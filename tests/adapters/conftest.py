@@ -1,4 +1,4 @@
-"""Fixtures for the registry tests: the demo base model's spec, adapter copies to mutate, a real S3 API on loopback."""
+"""Fixtures for the registry tests: the demo base model's spec, adapter copies to mutate."""
 
 from __future__ import annotations
 
@@ -9,14 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-FAKE_AWS_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_CONFIG_FILE": "/nonexistent/aws-config",
-    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws-credentials",
-}
 
 
 @pytest.fixture(scope="session")
@@ -66,28 +58,3 @@ def rewrite_tensors() -> Callable[[Path, Callable[[dict], dict]], None]:
         save_file(mutate(load_file(path)), path)
 
     return rewrite
-
-
-@pytest.fixture(scope="session")
-def s3_endpoint() -> str:
-    """A moto S3 server on a free loopback port for the whole session."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-@pytest.fixture
-def s3_bucket(s3_endpoint, monkeypatch) -> str:
-    """A new empty bucket; boto3 in the test reaches the loopback server through AWS_ENDPOINT_URL."""
-    import boto3
-
-    for key, value in FAKE_AWS_ENV.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
-    bucket = f"loraplex-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3").create_bucket(Bucket=bucket)
-    return bucket

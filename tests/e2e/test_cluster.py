@@ -1,24 +1,30 @@
-"""Scale-out mode end to end: `loraplex serve --replicas 2` (two engines on Ray Serve) behind one OpenAI endpoint.
+"""Scale-out mode end to end: `loraplex serve --replicas 2` (two engines on Ray Serve) behind one OpenAI endpoint,
+on a real two-node Ray cluster (each node its own `ray start`) with the state on PostgreSQL, Redis and S3.
 
-One server for the module, on the tiny demo, with the session's tenants. The replica-kill test runs last.
+One server for the module, on the tiny demo, with the session's tenants. The node-loss test runs last.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
+import shutil
 import sys
+import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
+from openai import OpenAI
 
-from tests.conftest import ARTIFACTS, EXTRA_ADAPTER, TINY, ServerProcess, _alive, _descendants
+from tests.conftest import ARTIFACTS, EXTRA_ADAPTER, FAKE_AWS_ENV, TINY, ServerProcess, _descendants, new_s3_bucket
+from tests.e2e.test_batch import jsonl, wait_final
 from tests.engine_gate import EngineGate, StreamReader, wait_until
 from tests.otlp import OtlpCollector
+from tests.ray_cluster import RayCluster
 
 MAX_TOKENS = 16
 PROMPT = "Hello world, the quick brown fox"
@@ -35,26 +41,50 @@ def collector():
 
 
 @pytest.fixture(scope="module")
-def cluster(demo_home, adapter_dirs, tenants_file, tmp_path_factory, collector):
+def ray_cluster(s3_endpoint):
+    """A head node and a second node, each its own `ray start` with one CPU, token authentication on; both reach
+    the adapter store (S3) with the environment they start with, as an operator's nodes would."""
+    root = Path(tempfile.mkdtemp(prefix="lpray-"))  # short: Ray's socket paths live under it
+    nodes = RayCluster(root, workers=1, env={**os.environ, **FAKE_AWS_ENV, "AWS_ENDPOINT_URL": s3_endpoint})
+    try:
+        nodes.start()
+        yield nodes
+    finally:
+        nodes.stop()
+        ARTIFACTS.mkdir(exist_ok=True)
+        for log in root.glob("*.log"):
+            shutil.copy(log, ARTIFACTS / f"ray-{log.name}")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(demo_home, adapter_dirs, tenants_file, tmp_path_factory, collector, ray_cluster, postgres_server,
+            redis_server, s3_endpoint):
+    """`serve --replicas 2` joining the two-node cluster, with its state on real servers: ledger and registry index
+    on PostgreSQL, limits on Redis, adapter blobs and batch files on S3."""
     ARTIFACTS.mkdir(exist_ok=True)
     log_path = ARTIFACTS / "server-cluster.log"
     log_path.write_text("")
-    env = {**os.environ, "LORAPLEX_HOME": str(demo_home), "VLLM_CPU_KVCACHE_SPACE": "1"}
-    ledger = tmp_path_factory.mktemp("cluster") / "usage.sqlite"
+    env = {**ray_cluster.env, "LORAPLEX_HOME": str(demo_home), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    bucket = new_s3_bucket(s3_endpoint)
+    home = tmp_path_factory.mktemp("cluster")  # its own batch store: the session server's would run its lines
     # --max-num-seqs as the session server's: the same compile-cache key (vLLM hashes it), so the replicas compile
     # from the session's warm inductor cache (warm-up 30 s side by side in a fresh-clone run, 38 s cold).
     argv = [sys.executable, "-m", "api.cli", "serve", "--demo", TINY, "--dtype", "float32",
             "--config", str(tenants_file),
-            "--replicas", "2", "--affinity-max-ongoing", "2", "--replica-stats-period-s", "0.5",
+            "--replicas", "2", "--ray-address", ray_cluster.address,
+            "--affinity-max-ongoing", "2", "--replica-stats-period-s", "0.5",
             "--max-loras", "2", "--max-cpu-loras", "4", "--max-num-seqs", "32", "--max-model-len", "1024",
-            "--kv-cache-gib", "0.25", "--ledger-url", str(ledger), "--drain-timeout-s", "10",
+            "--kv-cache-gib", "0.25", "--drain-timeout-s", "10",
+            "--ledger-url", postgres_server.new_database(), "--index-url", postgres_server.new_database(),
+            "--limits-url", redis_server.url, "--store-uri", f"s3://{bucket}/blobs",
+            "--files-store-uri", f"s3://{bucket}/files", "--batch-store-path", str(home / "batches.sqlite"),
             "--otlp-endpoint", collector.url, "--adapter", f"{EXTRA_ADAPTER}={adapter_dirs[EXTRA_ADAPTER]}",
             "--adapter-replicas", f"{HELD}=2"]
     process = ServerProcess(argv, env, log_path)
     process.start()
     yield process
     if process.proc.poll() is None:
-        process.children |= _descendants(process.proc.pid)  # replicas Ray started since, too
         assert process.stop() == 0
 
 
@@ -231,44 +261,127 @@ def _replica_span(collector, request_id: str):
                  and span.trace_id in traces), None)
 
 
-def test_a_replica_killed_mid_stream(cluster, keys):
-    solo = keys.headers("solo")  # max_concurrent 1: the killed stream's reservation must come back
-    killed_id = f"kill-{uuid.uuid4().hex}"
-    # The victim is chosen before the stream (affinity sends poet to its one holder); its engine is held from
-    # before the stream to the kill, so the kill lands mid-stream by construction. A wrong victim would let the
-    # stream end normally, which fails below.
-    assert _complete(cluster.url, solo, "poet", max_tokens=1).status_code == 200  # resident on one replica
-    (holder,) = _holders(_status(cluster, keys), "poet@1")
-    victim = _replica_report(cluster, keys, holder)
-    engine_processes = _descendants(victim["pid"])
-    assert engine_processes, "the replica's vLLM engine core runs in a child process"
-    with EngineGate(engine_processes) as gate:
-        stream = StreamReader(f"{cluster.url}/v1/completions", {**solo, "X-Request-Id": killed_id},
-                              {"model": "poet", "prompt": PROMPT, "max_tokens": 1000, "ignore_eos": True,
-                               "stream": True})
-        gate.pulse_until(lambda: bool(stream.chunks))
-        os.kill(victim["pid"], signal.SIGKILL)
-    stream.join()  # released: the engine processes may see their replica gone and exit
-    assert stream.events[-1] == "[DONE]"
-    error = json.loads(stream.events[-2])
-    assert set(error) == {"error"} and set(error["error"]) == {"message", "type", "param", "code"}
-    assert error["error"]["code"] == "engine_error"
+def _stream_body(model: str, max_tokens: int) -> dict:
+    return {"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+            "return_token_ids": True, "stream": True}
 
-    after_ids = [f"after-kill-{i}-{uuid.uuid4().hex}" for i in range(4)]
-    for request_id in after_ids:  # one at a time: solo's one concurrent request was given back
-        response = _complete(cluster.url, {**solo, "X-Request-Id": request_id}, "poet", max_tokens=4)
-        assert response.status_code == 200, response.text
 
+def _token_ids(stream: StreamReader) -> list[int]:
+    return [i for chunk in stream.chunks for choice in chunk.get("choices", []) for i in choice.get("token_ids") or []]
+
+
+def _routed(cluster, keys) -> dict[str, int]:
+    return _requests_by_replica(_status(cluster, keys))
+
+
+def test_the_replicas_run_on_both_nodes(cluster, ray_cluster, keys):
+    """Replicas reserve no CPU; the per-node cap (2 replicas over 2 nodes: 1) is what spreads them."""
+    replicas = _status(cluster, keys)["replicas"]
+    assert len(replicas) == 2, "both replicas have served (the greedy test sends to each)"
+    assert {ray_cluster.node_of(r["pid"]) for r in replicas} == set(ray_cluster.nodes)
+    assert len({r["node_id"] for r in replicas}) == 2
+
+
+def test_a_batch_runs_exact_through_both_nodes(cluster, server, keys, base_model_id, adapter_names):
+    models = [base_model_id, *adapter_names, EXTRA_ADAPTER]
+    bodies = {f"line-{i}": {"model": model, "prompt": f"{PROMPT} {i}", "max_tokens": 8, "temperature": 0,
+                            "ignore_eos": True} for i, model in enumerate(models * 2)}
+    routed = _routed(cluster, keys)
+    client = OpenAI(base_url=f"{cluster.url}/v1", api_key=keys.tenants["acme"], max_retries=0, timeout=120)
+    lines = [{"custom_id": cid, "method": "POST", "url": "/v1/completions", "body": body}
+             for cid, body in bodies.items()]
+    uploaded = client.files.create(file=("lines.jsonl", jsonl(lines)), purpose="batch")
+    batch = wait_final(client, client.batches.create(input_file_id=uploaded.id, endpoint="/v1/completions",
+                                                     completion_window="24h").id)
+    assert batch.status == "completed" and batch.request_counts.completed == len(bodies), batch.errors
+    output = {line["custom_id"]: line["response"]["body"]
+              for line in map(json.loads, client.files.content(batch.output_file_id).text.splitlines())}
+    assert sum(_routed(cluster, keys).values()) - sum(routed.values()) == len(bodies), "not run by the replicas"
+    for cid, body in bodies.items():
+        single = httpx.post(f"{server}/v1/completions", headers=keys.headers("acme"), json=body, timeout=120)
+        assert output[cid]["choices"][0]["text"] == single.json()["choices"][0]["text"], cid
+
+
+def test_a_node_lost_mid_traffic(cluster, ray_cluster, keys):
+    """The second node is lost as a host is (its raylet, replica and engine killed at once) while four streams
+    run, two on each replica: the two on it end with an error event, the others run to their end; new requests go
+    to the survivor at once; every request has one ledger row; the replica comes back when the node does."""
+    quad = keys.headers("quad")  # max_concurrent 4: the reservations of the streams on the lost node must come back
+    node = ray_cluster.workers[0]
+    status = _status(cluster, keys)
+    by_node = {ray_cluster.node_of(r["pid"]): r for r in status["replicas"]}
+    lost, survivor = by_node[node], by_node[ray_cluster.head]
+    engines = {r["replica_id"]: _descendants(r["pid"]) for r in (lost, survivor)}
+    assert all(engines.values()), "each replica's vLLM engine core runs in a child process"
+    stream_ids = [f"node-loss-{i}-{uuid.uuid4().hex}" for i in range(4)]
+    before = _routed(cluster, keys)
+    # Both engines are held from before the streams to the kill: the kill lands mid-stream by construction. HELD is
+    # resident on both, so each stream goes to the less loaded of the two (sent one at a time, once the last one
+    # reached its replica): two each.
+    with EngineGate([pid for pids in engines.values() for pid in pids]) as gate:
+        streams = []
+        for request_id in stream_ids:
+            streams.append(StreamReader(f"{cluster.url}/v1/completions", {**quad, "X-Request-Id": request_id},
+                                        _stream_body(HELD, 400)))
+            wait_until(lambda: sum(_routed(cluster, keys).values()) == sum(before.values()) + len(streams),
+                       "the stream reached a replica")
+        taken = {rid: n - before.get(rid, 0) for rid, n in _routed(cluster, keys).items()}
+        assert taken == {lost["replica_id"]: 2, survivor["replica_id"]: 2}, taken
+        gate.pulse_until(lambda: all(s.chunks for s in streams))
+        node.kill()
+    for stream in streams:
+        stream.join()
+
+    ended: dict[str, list[StreamReader]] = {"error": [], "done": []}
+    for stream in streams:
+        assert stream.events[-1] == "[DONE]"
+        last = json.loads(stream.events[-2])
+        ended["error" if "error" in last else "done"].append(stream)
+    assert len(ended["error"]) == len(ended["done"]) == 2, [s.events[-2] for s in streams]
+    for stream in ended["error"]:
+        error = json.loads(stream.events[-2])["error"]
+        assert set(error) == {"message", "type", "param", "code"} and error["code"] == "engine_error"
+    full = _token_ids(ended["done"][0])
+    assert len(full) == 400 and _token_ids(ended["done"][1]) == full
+    for stream in ended["error"]:  # cut, never repeated: what was sent is the greedy answer's beginning
+        sent = _token_ids(stream)
+        assert 0 < len(sent) < 400 and sent == full[:len(sent)]
+
+    # The node is still down: new requests go to the survivor, and quad's four reservations are all free (its
+    # four requests are admitted together while the survivor's engine is held).
+    after_ids = [f"after-loss-{i}-{uuid.uuid4().hex}" for i in range(4)]
+    routed = _routed(cluster, keys)
+    with ThreadPoolExecutor(4) as pool:
+        with EngineGate(engines[survivor["replica_id"]]):
+            futures = [pool.submit(_complete, cluster.url, {**quad, "X-Request-Id": request_id}, model, max_tokens=4)
+                       for request_id, model in zip(after_ids, [HELD, "poet", "support-bot", EXTRA_ADAPTER])]
+            wait_until(lambda: _routed(cluster, keys)[survivor["replica_id"]] == routed[survivor["replica_id"]] + 4,
+                       "all four admitted and sent to the survivor")
+        assert [f.result().status_code for f in futures] == [200] * 4, [f.result().text for f in futures]
+
+    rows = httpx.get(f"{cluster.url}/v1/usage?tenant=quad&limit=1000", headers=keys.admin_headers).json()["data"]
+    counts = {request_id: [row for row in rows if row["request_id"] == request_id]
+              for request_id in stream_ids + after_ids}
+    assert all(len(found) == 1 for found in counts.values()), {k: len(v) for k, v in counts.items()}
+    by_id = {request_id: found[0] for request_id, found in counts.items()}
+    for stream, request_id in zip(streams, stream_ids):
+        row = by_id[request_id]
+        assert (row["status"], row["completion_tokens"]) == ((500 if stream in ended["error"] else 200),
+                                                             len(_token_ids(stream))), row
+    assert all(by_id[request_id]["status"] == 200 for request_id in after_ids)
+
+    # The node comes back: Ray Serve places the lost replica's replacement there (the survivor's node is at its
+    # cap), and it holds what the lost one held.
+    node.start()
+    node.wait_started()
     deadline = time.monotonic() + REPLACE_TIMEOUT_S
     while _status(cluster, keys)["replica_states"].get("RUNNING") != 2:
-        assert time.monotonic() < deadline, "Ray did not replace the killed replica"
+        assert time.monotonic() < deadline, "Ray did not replace the lost replica"
         time.sleep(1)
-    deadline = time.monotonic() + 30
-    while any(_alive(pid) for pid in engine_processes):
-        assert time.monotonic() < deadline, "the killed replica's engine processes outlived it"
-        time.sleep(0.5)
-
-    rows = httpx.get(f"{cluster.url}/v1/usage?tenant=solo&limit=1000", headers=keys.admin_headers).json()["data"]
-    by_id = {row["request_id"]: row for row in rows}
-    assert by_id[killed_id]["status"] == 500 and by_id[killed_id]["completion_tokens"] > 0
-    assert all(by_id[i]["status"] == 200 for i in after_ids)
+    known = {lost["replica_id"], survivor["replica_id"]}
+    deadline = time.monotonic() + 60
+    while not (new := [r for r in _status(cluster, keys)["replicas"] if r["replica_id"] not in known]):
+        assert _complete(cluster.url, quad, HELD, max_tokens=1).status_code == 200  # both hold HELD: some go there
+        assert time.monotonic() < deadline, "no request reached the replacement replica"
+    assert ray_cluster.node_of(new[0]["pid"]) is node
+    assert f"{HELD}@1" in new[0]["residency"]["cpu"]

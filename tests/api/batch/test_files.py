@@ -6,7 +6,6 @@ import pytest
 
 from adapters.store import BlobNotFound, LocalStore, open_store
 from api.batch.files import FileBlobs
-from tests.adapters.conftest import FAKE_AWS_ENV, s3_bucket, s3_endpoint  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(params=["local", "s3"])
