@@ -73,9 +73,10 @@ class RayEngineClient:
             raise EngineDeadError("the engine replicas are not deployed")
         manifest = self._manifests[adapter.identity] if adapter is not None else None
         key = adapter.identity.label if adapter is not None else None
+        window_s = self.deployment.cluster.hop_window_ms / 1000
         for attempt in range(1, START_ATTEMPTS + 1):
             stream = self._handle.generate.remote(request_id, prompt_token_ids, params, manifest, cache_salt,
-                                                  adapter_key=key, trace_carrier=carrier())
+                                                  adapter_key=key, trace_carrier=carrier(), window_s=window_s)
             self._streams[request_id] = stream
             replica_id = None
             finished = False
@@ -87,7 +88,8 @@ class RayEngineClient:
                             self.routed[replica_id] += 1
                         self.reports[replica_id] = item
                         continue
-                    yield item
+                    for step in item:  # the steps the replica gathered into one item
+                        yield step
                 finished = True
                 return
             except RayTaskError as e:

@@ -47,6 +47,10 @@ class ClusterConfig(BaseModel):
                                      "a replica is removed.")
     replica_stats_period_s: float = Field(default=1.0, gt=0, description="How often each replica reports its "
                                           "resident adapters and load to the router.")
+    hop_window_ms: float = Field(default=20.0, ge=0, description="A stream's tokens cross the Ray hop from a "
+                                 "replica to this server in batches: the first token at once, then what the engine "
+                                 "made within this many ms, in one message (each message costs CPU at both ends, "
+                                 "whatever it holds). 0: every engine step on its own.")
     replica_num_cpus: float = Field(default=0.0, ge=0, description="CPUs Ray reserves per replica (0: schedule "
                                     "regardless; vLLM's own threads do the work).")
     adapter_replicas: dict[str, int] = Field(

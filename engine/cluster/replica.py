@@ -24,6 +24,7 @@ from adapters.manifest import Manifest
 from adapters.registry import Registry, RegistryConfig
 from adapters.tiers import TIER_CPU, AdapterTiers
 from engine.async_engine import LoraplexEngine
+from engine.cluster.coalesce import coalesce
 from engine.cluster.placement import held_here
 from engine.cluster.report import ReplicaReport, ReplicaTierCounts
 from engine.cluster.router import RESIDENT_STAT
@@ -87,11 +88,12 @@ class EngineReplica:
 
     async def generate(self, request_id: str, prompt_token_ids: list[int], params, manifest: Manifest | None,
                        cache_salt: str | None = None, adapter_key: str | None = None,
-                       trace_carrier: dict[str, str] | None = None
-                       ) -> AsyncIterator[ReplicaReport | list[ChoiceDelta]]:
-        """A report of this replica, the engine's deltas, and a report again. `adapter_key` only steers the
-        router; `trace_carrier` is the caller's span (W3C trace context). The adapter's own failures (validation,
-        fetch) are EngineError: the request asked for nothing invalid."""
+                       trace_carrier: dict[str, str] | None = None, window_s: float = 0.0
+                       ) -> AsyncIterator[ReplicaReport | list[list[ChoiceDelta]]]:
+        """A report of this replica, the engine's steps (each a list of deltas) in batches (`coalesce`: the first
+        at once, then what `window_s` gathers), and a report again. `adapter_key` only steers the router;
+        `trace_carrier` is the caller's span (W3C trace context). The adapter's own failures (validation, fetch)
+        are EngineError: the request asked for nothing invalid."""
         self.ongoing += 1
         try:
             yield self.report()
@@ -105,9 +107,9 @@ class EngineReplica:
                                       f"{self.replica_id}: {e}") from e
                 try:
                     adapter = acquired.adapter if acquired is not None else None
-                    async for step in self.engine.generate(request_id, prompt_token_ids, params, adapter,
-                                                           cache_salt):
-                        yield step
+                    steps = self.engine.generate(request_id, prompt_token_ids, params, adapter, cache_salt)
+                    async for batch in coalesce(steps, window_s):
+                        yield batch
                 finally:
                     if acquired is not None:
                         self.tiers.release(acquired)

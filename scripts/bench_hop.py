@@ -1,0 +1,106 @@
+"""The Ray hop alone: what streaming through one engine replica on Ray Serve adds to each request (TTFT) and to each
+output token (TPOT), against the single-process server, side by side in one run.
+
+The tiny demo model, base model only, one streamed request at a time (64 tokens, ignore_eos), the same engine
+flags. Setups run one after another, in interleaved rounds, each server started afresh with its own state; the
+medians over rounds are reported with every round's figures. The Ray setups differ in `--hop-window-ms` and in
+the environment the server (and the local Ray instance it starts, so its replica) runs with:
+
+    python scripts/bench_hop.py --rounds 3        # writes docs/results/hop-<time>.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import httpx  # noqa: E402
+from bench_servers import (  # noqa: E402
+    demo_assets,
+    free_port,
+    loraplex_command,
+    own_state,
+    percentile_ms,
+    running,
+    say,
+    stream_ttft,
+)
+
+from adapters.demo.tiny_llama import TinyLlamaSpec  # noqa: E402
+
+MODEL_ID = TinyLlamaSpec().model_id
+PROMPT = "tell me a story about a river and a mountain"
+MAX_TOKENS = 64
+RAY_FLAGS = ("RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD", "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP")
+SETUPS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
+    "single process": ((), {}),
+    "ray, every step": (("--replicas", "1", "--hop-window-ms", "0"), {}),
+    "ray, 20 ms window": (("--replicas", "1", "--hop-window-ms", "20"), {}),
+    # Ray Serve's own flags: the replica's user code and the handle's router on the process's main event loop
+    # instead of a loop (and thread) of their own.
+    "ray, 20 ms window, one loop": (("--replicas", "1", "--hop-window-ms", "20"), {flag: "0" for flag in RAY_FLAGS}),
+}
+
+
+async def _measure(base: str, num_requests: int) -> dict:
+    body = {"model": MODEL_ID, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "ignore_eos": True, "temperature": 0}
+    ttfts, per_token = [], []
+    async with httpx.AsyncClient(base_url=base, timeout=300) as client:
+        for _ in range(3):  # warm-up
+            await stream_ttft(client, body)
+        for _ in range(num_requests):
+            started = time.perf_counter()
+            ttft, tokens = await stream_ttft(client, body)
+            total = time.perf_counter() - started
+            ttfts.append(ttft)
+            per_token.append((total - ttft) / max(1, tokens - 1))
+    return {"ttft_p50_ms": round(percentile_ms(ttfts, 50), 2), "ttft_p90_ms": round(percentile_ms(ttfts, 90), 2),
+            "tpot_p50_ms": round(percentile_ms(per_token, 50), 3)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=40, help="measured requests per setup and round")
+    parser.add_argument("--setups", nargs="+", default=list(SETUPS), choices=list(SETUPS))
+    parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    args = parser.parse_args()
+    demo = demo_assets()
+    runs: dict[str, list[dict]] = {name: [] for name in args.setups}
+    for round_ in range(args.rounds):
+        for name in args.setups:
+            extra, env = SETUPS[name]
+            port = free_port()
+            with tempfile.TemporaryDirectory(prefix="loraplex-bench-hop-") as state:
+                cmd = loraplex_command(port, {}, 1, 2, demo.model_dir, extra=(*own_state(state), *extra))
+                with running(cmd, port, args.out / ".hop.log", ready_path="/ready", env=env) as base:
+                    runs[name].append(asyncio.run(_measure(base, args.requests)))
+            say(f"round {round_ + 1}, {name}: {runs[name][-1]}")
+    medians = {name: {key: round(statistics.median(r[key] for r in rs), 3) for key in rs[0]}
+               for name, rs in runs.items()}
+    single = medians.get("single process")
+    if single is not None:
+        for name, m in medians.items():
+            m["ttft_added_ms"] = round(m["ttft_p50_ms"] - single["ttft_p50_ms"], 2)
+            m["tpot_added_ms"] = round(m["tpot_p50_ms"] - single["tpot_p50_ms"], 3)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"hop-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    path.write_text(json.dumps({"model": MODEL_ID, "max_tokens": MAX_TOKENS, "requests": args.requests,
+                                "setups": {name: {"extra_flags": SETUPS[name][0], "env": SETUPS[name][1]}
+                                           for name in args.setups},
+                                "runs": runs, "median": medians}, indent=2))
+    for name, m in medians.items():
+        print(f"{name:>24}: {m}")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
