@@ -7,10 +7,12 @@ test talks to it over loopback with the real `openai` client or httpx.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -315,6 +317,30 @@ def launch_session_server_early(request, private_data_home, shared_compile_cache
     the unit tests that run before the end-to-end ones; the `server` fixture waits for it to be ready."""
     if any("server_process" in item.fixturenames for item in request.session.items):
         request.getfixturevalue("server_process")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster_launch(s3_endpoint, tmp_path_factory):
+    """The two-node Ray cluster of `tests/e2e/test_cluster.py` (`tests/ray_cluster.py`), launched in a thread: its
+    nodes start beside the unit tests, and the module waits for them. Its nodes reach the S3 store with the
+    environment they start with, as an operator's would."""
+    from tests.ray_cluster import RayCluster
+
+    root = Path(tempfile.mkdtemp(prefix="lpray-"))  # short: Ray's socket paths live under it
+    cluster = RayCluster(root, workers=1, env={**os.environ, **FAKE_AWS_ENV, "AWS_ENDPOINT_URL": s3_endpoint})
+    cluster.launch()
+    yield cluster
+    cluster.kill()
+    ARTIFACTS.mkdir(exist_ok=True)
+    for log in root.glob("*.log"):
+        shutil.copy(log, ARTIFACTS / f"ray-{log.name}")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def launch_ray_cluster_early(request, private_data_home, shared_compile_cache):
+    if any("ray_cluster_launch" in item.fixturenames for item in request.session.items):
+        request.getfixturevalue("ray_cluster_launch")
 
 
 @pytest.fixture(scope="session")

@@ -14,10 +14,11 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
-from tests.conftest import _alive, _descendants
+from tests.conftest import _descendants
 from tests.state_servers import free_port
 
 START_TIMEOUT_S = 120
@@ -56,40 +57,25 @@ class RayNode:
     def processes(self) -> set[int]:
         return {self.proc.pid, *_descendants(self.proc.pid)} if self.proc is not None else set()
 
-    def kill(self) -> set[int]:
-        """SIGKILL to every process of the node at once, as when its host is lost; returns their pids."""
-        pids = self.processes()
-        for pid in pids:
+    def kill(self) -> None:
+        """SIGKILL to every process of the node at once, as when its host is lost."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        for pid in self.processes():
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         self.proc.wait(timeout=30)
-        return pids
-
-    def stop(self) -> None:
-        """SIGTERM (`ray start --block` stops its processes), then SIGKILL to whatever is left."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        pids = self.processes()
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-        deadline = time.monotonic() + 10
-        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        for pid in pids:
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
 
 
 class RayCluster:
-    """A head node and `workers` more, each with `num_cpus` CPUs. `start_*` return at once; `wait_started` waits."""
+    """A head node and `workers` more, each with `num_cpus` CPUs."""
 
     def __init__(self, root: Path, workers: int = 1, num_cpus: int = 1, env: dict[str, str] | None = None):
         self.root = root
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
         self.port = free_port()
         self.env = {**(env or os.environ), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
                     "RAY_USAGE_STATS_ENABLED": "0"}
@@ -113,6 +99,22 @@ class RayCluster:
     def nodes(self) -> list[RayNode]:
         return [self.head, *self.workers]
 
+    def launch(self) -> None:
+        """`start` in a thread of its own, so that the nodes start beside other work; `wait_started` joins it."""
+        def start() -> None:
+            try:
+                self.start()
+            except BaseException as e:  # noqa: BLE001 (raised again by wait_started)
+                self._error = e
+
+        self._thread = threading.Thread(target=start, name="ray-cluster-start", daemon=True)
+        self._thread.start()
+
+    def wait_started(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise RuntimeError("the Ray cluster did not start") from self._error
+
     def start(self) -> None:
         """The head, then the other nodes (they join through the head's GCS)."""
         self.head.start()
@@ -126,6 +128,9 @@ class RayCluster:
         """The node a process runs on (a replica's worker is a descendant of its node's raylet)."""
         return next((node for node in self.nodes if pid in node.processes()), None)
 
-    def stop(self) -> None:
+    def kill(self) -> None:
+        """Every node, at once (the end of the tests: nothing there is kept), once a launch is over."""
+        if self._thread is not None:
+            self._thread.join()
         for node in reversed(self.nodes):
-            node.stop()
+            node.kill()

@@ -24,9 +24,9 @@ NAMESPACE = "loraplex"
 HEALTH_CHECK_PERIOD_S = 2.0  # a replica whose engine died is replaced within seconds
 # A small object store: only deltas and reports cross it (Ray's default reserves 30% of memory).
 OBJECT_STORE_BYTES = 256 * 2**20
-# Variables every replica needs, wherever Ray started its worker.
+# Variables every replica needs, wherever Ray started its worker (the server's LoRA compile switch included).
 _FORWARDED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "LORAPLEX_HOME", "VLLM_CPU_KVCACHE_SPACE",
-                  "PYTHONPATH")
+                  "PYTHONPATH", "LORAPLEX_LORA_COMPILE")
 
 
 def _autoscaling(cluster: ClusterConfig) -> AutoscalingConfig:

@@ -7,24 +7,19 @@ One server for the module, on the tiny demo, with the session's tenants. The nod
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
-import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import pytest
 from openai import OpenAI
 
-from tests.conftest import ARTIFACTS, EXTRA_ADAPTER, FAKE_AWS_ENV, TINY, ServerProcess, _descendants, new_s3_bucket
+from tests.conftest import ARTIFACTS, EAGER, EXTRA_ADAPTER, TINY, ServerProcess, _descendants, new_s3_bucket
 from tests.e2e.test_batch import jsonl, wait_final
 from tests.engine_gate import EngineGate, StreamReader, wait_until
 from tests.otlp import OtlpCollector
-from tests.ray_cluster import RayCluster
 
 MAX_TOKENS = 16
 PROMPT = "Hello world, the quick brown fox"
@@ -41,20 +36,12 @@ def collector():
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(s3_endpoint):
-    """A head node and a second node, each its own `ray start` with one CPU, token authentication on; both reach
-    the adapter store (S3) with the environment they start with, as an operator's nodes would."""
-    root = Path(tempfile.mkdtemp(prefix="lpray-"))  # short: Ray's socket paths live under it
-    nodes = RayCluster(root, workers=1, env={**os.environ, **FAKE_AWS_ENV, "AWS_ENDPOINT_URL": s3_endpoint})
-    try:
-        nodes.start()
-        yield nodes
-    finally:
-        nodes.stop()
-        ARTIFACTS.mkdir(exist_ok=True)
-        for log in root.glob("*.log"):
-            shutil.copy(log, ARTIFACTS / f"ray-{log.name}")
-        shutil.rmtree(root, ignore_errors=True)
+def ray_cluster(ray_cluster_launch):
+    """A head node and a second node, each its own `ray start` with one CPU, token authentication on (launched at
+    the session's start); killed when the module is done."""
+    ray_cluster_launch.wait_started()
+    yield ray_cluster_launch
+    ray_cluster_launch.kill()
 
 
 @pytest.fixture(scope="module")
@@ -65,11 +52,11 @@ def cluster(demo_home, adapter_dirs, tenants_file, tmp_path_factory, collector, 
     ARTIFACTS.mkdir(exist_ok=True)
     log_path = ARTIFACTS / "server-cluster.log"
     log_path.write_text("")
-    env = {**ray_cluster.env, "LORAPLEX_HOME": str(demo_home), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    # Eager replicas: what these tests claim does not depend on the compiled graph (the session server's exactness
+    # tests cover it), and three engine starts (two, and a replacement) are the module's longest waits.
+    env = {**ray_cluster.env, "LORAPLEX_HOME": str(demo_home), "VLLM_CPU_KVCACHE_SPACE": "1", **EAGER}
     bucket = new_s3_bucket(s3_endpoint)
     home = tmp_path_factory.mktemp("cluster")  # its own batch store: the session server's would run its lines
-    # --max-num-seqs as the session server's: the same compile-cache key (vLLM hashes it), so the replicas compile
-    # from the session's warm inductor cache (warm-up 30 s side by side in a fresh-clone run, 38 s cold).
     argv = [sys.executable, "-m", "api.cli", "serve", "--demo", TINY, "--dtype", "float32",
             "--config", str(tenants_file),
             "--replicas", "2", "--ray-address", ray_cluster.address,

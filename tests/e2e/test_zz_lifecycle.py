@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from api.observability.drift_store import DRIFT_FILE, DriftStore
-from tests.conftest import ARTIFACTS, ledger_rows
+from tests.conftest import ARTIFACTS, EAGER, ledger_rows
 from tests.engine_gate import EngineGate, StreamReader, wait_until
 
 
@@ -125,6 +125,9 @@ def test_sigterm_lets_a_running_stream_finish_then_exits_zero(server_process, se
     # The drift windows were saved on the way out, the drained stream's sequence with them (read at the next start).
     saved = DriftStore(demo_home / DRIFT_FILE).load()[(base_model_id, "")]
     assert any(s.output_tokens == 1000 for s in saved.reference + saved.current)
+    # Restarts from here on run eagerly: what the tests after this one check (state read back from disk, the ledger
+    # across a kill -9) does not depend on the compiled graph, and an eager engine starts sooner.
+    server_process.env = {**server_process.env, **EAGER}
     server_process.ensure_running()  # the next test would restart it anyway
     drift = httpx.get(f"{server}/dashboard/data", headers=keys.admin_headers, timeout=30).json()["drift"]
     [restored] = [v for v in drift["versions"] if v["model"] == base_model_id and v["version"] == ""]
