@@ -320,7 +320,7 @@ def launch_session_server_early(request, private_data_home, shared_compile_cache
 
 
 @pytest.fixture(scope="session")
-def ray_cluster_launch(s3_endpoint, tmp_path_factory):
+def ray_cluster_launch(s3_endpoint):
     """The two-node Ray cluster of `tests/e2e/test_cluster.py` (`tests/ray_cluster.py`), launched in a thread: its
     nodes start beside the unit tests, and the module waits for them. Its nodes reach the S3 store with the
     environment they start with, as an operator's would."""
