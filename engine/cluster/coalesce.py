@@ -26,6 +26,7 @@ class _Failed:
 async def coalesce(steps: AsyncIterator[T], window_s: float) -> AsyncIterator[list[T]]:
     """`steps` as lists: [first], then every step made within `window_s` of a batch's first (0: one per list)."""
     queue: asyncio.Queue = asyncio.Queue()
+    ended = asyncio.Event()  # the end (or a failure) is the last thing queued
 
     async def pump() -> None:
         try:
@@ -35,32 +36,28 @@ async def coalesce(steps: AsyncIterator[T], window_s: float) -> AsyncIterator[li
             queue.put_nowait(_Failed(e))
         else:
             queue.put_nowait(_END)
+        ended.set()
 
     task = asyncio.create_task(pump())
     try:
         first = True
         while True:
             batch = [await queue.get()]
-            if not first and window_s > 0:
-                deadline = asyncio.get_running_loop().time() + window_s
-                while batch[-1] is not _END and not isinstance(batch[-1], _Failed):
-                    remaining = deadline - asyncio.get_running_loop().time()
-                    if remaining <= 0:
-                        break
-                    try:
-                        batch.append(await asyncio.wait_for(queue.get(), remaining))
-                    except TimeoutError:
-                        break
-            while not queue.empty() and batch[-1] is not _END and not isinstance(batch[-1], _Failed):
-                batch.append(queue.get_nowait())
+            if not first and window_s > 0 and not ended.is_set():
+                try:  # one timer per batch, not per step: the window, or the stream's end if sooner
+                    await asyncio.wait_for(ended.wait(), window_s)
+                except TimeoutError:
+                    pass
             first = False
-            end = batch[-1]
-            steps_here = [step for step in batch if step is not _END and not isinstance(step, _Failed)]
-            if steps_here:
-                yield steps_here
-            if isinstance(end, _Failed):
-                raise end.error
-            if end is _END:
+            while not queue.empty():
+                batch.append(queue.get_nowait())
+            last = batch[-1]
+            made = batch[:-1] if last is _END or isinstance(last, _Failed) else batch
+            if made:
+                yield made
+            if isinstance(last, _Failed):
+                raise last.error
+            if last is _END:
                 return
     finally:
         if not task.done():

@@ -66,6 +66,7 @@ async def test_the_first_step_leaves_at_once_and_later_ones_wait_for_the_window(
     source.release()
     later = asyncio.ensure_future(anext(batches))
     await asyncio.sleep(0)
+    # sleep(0) is a turn of the event loop, not a delay: without a window, these turns would deliver [2].
     for _ in range(3):
         await asyncio.sleep(0)
         assert not later.done()  # step 2 waits for the window (or the stream's end)
