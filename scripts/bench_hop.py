@@ -23,22 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
-from bench_servers import (  # noqa: E402
-    demo_assets,
-    free_port,
-    loraplex_command,
-    own_state,
-    percentile_ms,
-    running,
-    say,
-    stream_ttft,
-)
+from bench_cluster import HOP_MAX_TOKENS, MODEL_ID, hop_latency  # noqa: E402
+from bench_servers import demo_assets, free_port, loraplex_command, own_state, running, say  # noqa: E402
 
-from adapters.demo.tiny_llama import TinyLlamaSpec  # noqa: E402
-
-MODEL_ID = TinyLlamaSpec().model_id
-PROMPT = "tell me a story about a river and a mountain"
-MAX_TOKENS = 64
 RAY_FLAGS = ("RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD", "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP")
 SETUPS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "single process": ((), {}),
@@ -48,22 +35,14 @@ SETUPS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     # instead of a loop (and thread) of their own.
     "ray, 20 ms window, one loop": (("--replicas", "1", "--hop-window-ms", "20"), {flag: "0" for flag in RAY_FLAGS}),
 }
+MEDIANS = ("ttft_p50_ms", "ttft_p90_ms", "tpot_p50_ms")
 
 
 async def _measure(base: str, num_requests: int) -> dict:
-    body = {"model": MODEL_ID, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "ignore_eos": True, "temperature": 0}
-    ttfts, per_token = [], []
     async with httpx.AsyncClient(base_url=base, timeout=300) as client:
-        for _ in range(3):  # warm-up
-            await stream_ttft(client, body)
-        for _ in range(num_requests):
-            started = time.perf_counter()
-            ttft, tokens = await stream_ttft(client, body)
-            total = time.perf_counter() - started
-            ttfts.append(ttft)
-            per_token.append((total - ttft) / max(1, tokens - 1))
-    return {"ttft_p50_ms": round(percentile_ms(ttfts, 50), 2), "ttft_p90_ms": round(percentile_ms(ttfts, 90), 2),
-            "tpot_p50_ms": round(percentile_ms(per_token, 50), 3)}
+        await hop_latency(client, 3)  # warm-up
+        measured = await hop_latency(client, num_requests)
+    return {key: round(measured[key], 3) for key in MEDIANS}
 
 
 def main() -> None:
@@ -84,7 +63,7 @@ def main() -> None:
                 with running(cmd, port, args.out / ".hop.log", ready_path="/ready", env=env) as base:
                     runs[name].append(asyncio.run(_measure(base, args.requests)))
             say(f"round {round_ + 1}, {name}: {runs[name][-1]}")
-    medians = {name: {key: round(statistics.median(r[key] for r in rs), 3) for key in rs[0]}
+    medians = {name: {key: round(statistics.median(r[key] for r in rs), 3) for key in MEDIANS}
                for name, rs in runs.items()}
     single = medians.get("single process")
     if single is not None:
@@ -93,7 +72,7 @@ def main() -> None:
             m["tpot_added_ms"] = round(m["tpot_p50_ms"] - single["tpot_p50_ms"], 3)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"hop-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
-    path.write_text(json.dumps({"model": MODEL_ID, "max_tokens": MAX_TOKENS, "requests": args.requests,
+    path.write_text(json.dumps({"model": MODEL_ID, "max_tokens": HOP_MAX_TOKENS, "requests": args.requests,
                                 "setups": {name: {"extra_flags": SETUPS[name][0], "env": SETUPS[name][1]}
                                            for name in args.setups},
                                 "runs": runs, "median": medians}, indent=2))
