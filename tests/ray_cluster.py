@@ -31,8 +31,8 @@ class RayNode:
     """One `ray start --block`: it stays in the foreground and its processes (raylet, workers, agents) are its
     descendants."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], log: Path, ip: str):
-        self.argv, self.env, self.log, self.ip = argv, env, log, ip
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path):
+        self.argv, self.env, self.log = argv, env, log
         self.proc: subprocess.Popen | None = None
         self._starts = 0  # "Ray runtime started" lines in the log before the last start
 
@@ -73,7 +73,6 @@ class RayCluster:
     """A head node and `workers` more, each with `num_cpus` CPUs."""
 
     def __init__(self, root: Path, workers: int = 1, num_cpus: int = 1, env: dict[str, str] | None = None):
-        self.root = root
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self.port = free_port()
@@ -85,10 +84,10 @@ class RayCluster:
             [RAY, "start", "--head", "--node-ip-address", "127.0.0.2", "--port", str(self.port),
              "--temp-dir", str(root / "ray"), "--include-dashboard=false", "--dashboard-port", str(free_port()),
              "--ray-client-server-port", str(free_port()), *common],
-            self.env, root / "head.log", "127.0.0.2")
+            self.env, root / "head.log")
         self.workers = [
             RayNode([RAY, "start", "--address", self.address, "--node-ip-address", f"127.0.0.{i + 3}", *common],
-                    self.env, root / f"worker-{i}.log", f"127.0.0.{i + 3}")
+                    self.env, root / f"worker-{i}.log")
             for i in range(workers)]
 
     @property
