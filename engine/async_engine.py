@@ -68,10 +68,10 @@ def _load_logger_factory(load: EngineLoad, step_listeners: list[StepListener]):
         def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0):
             if scheduler_stats is not None:
                 load.running = scheduler_stats.num_running_reqs
-                load.waiting = scheduler_stats.num_waiting_reqs
+                # Deferred: waiting for their adapter to get a slot, which vLLM counts apart.
+                load.waiting = scheduler_stats.num_waiting_reqs + scheduler_stats.num_skipped_waiting_reqs
                 load.kv_cache_usage = scheduler_stats.kv_cache_usage
                 load.running_by_adapter = dict(scheduler_stats.running_lora_adapters)
-                load.waiting_by_adapter = dict(scheduler_stats.waiting_lora_adapters)
                 load.steps += 1
             if iteration_stats is not None:
                 load.generation_tokens += iteration_stats.num_generation_tokens
@@ -115,6 +115,23 @@ def _prompt(prompt_token_ids: list[int], cache_salt: str | None) -> TokensPrompt
     if cache_salt is None:
         return TokensPrompt(prompt_token_ids=prompt_token_ids)
     return TokensPrompt(prompt_token_ids=prompt_token_ids, cache_salt=cache_salt)
+
+
+class _Waiting:
+    """Counts a request in `by_adapter` from its submission to its first output. vLLM's own per-adapter waiting
+    count only learns that a request was queued from its first output, so it never shows a request waiting."""
+
+    def __init__(self, by_adapter: dict[str, int], adapter: str | None):
+        self._by_adapter, self._adapter = by_adapter, adapter
+        if adapter is not None:
+            by_adapter[adapter] = by_adapter.get(adapter, 0) + 1
+
+    def over(self) -> None:
+        if self._adapter is not None:
+            self._by_adapter[self._adapter] -= 1
+            if not self._by_adapter[self._adapter]:
+                del self._by_adapter[self._adapter]
+            self._adapter = None
 
 
 class LoraplexEngine:
@@ -216,10 +233,12 @@ class LoraplexEngine:
         params.output_kind = RequestOutputKind.DELTA
         lora = self.lora_request(adapter) if adapter is not None else None
         tokenizer = self.tokenizer()
+        waiting = _Waiting(self._load.waiting_by_adapter, lora.lora_name if lora is not None else None)
         try:
             async for out in self.llm.generate(
                 _prompt(prompt_token_ids, cache_salt), params, request_id, lora_request=lora
             ):
+                waiting.over()
                 prompt_logprobs = _prompt_logprobs_of(out, prompt_token_ids, tokenizer, params.prompt_logprobs or 0)
                 yield [
                     ChoiceDelta(
@@ -239,6 +258,8 @@ class LoraplexEngine:
             raise EngineError(f"engine failed on request {request_id}") from e
         except (ValueError, VLLMClientError) as e:  # vLLM refused the request as invalid
             raise EngineRequestError(str(e)) from e
+        finally:
+            waiting.over()
 
     async def abort(self, request_id: str) -> None:
         if self._llm is not None:

@@ -63,7 +63,8 @@ class EngineLoad:
     steps: int = 0
     generation_tokens: int = 0  # since start, including those of requests later aborted
     running_by_adapter: dict[str, int] = field(default_factory=dict)  # engine adapter name -> running requests
-    waiting_by_adapter: dict[str, int] = field(default_factory=dict)  # ... -> requests waiting in the engine
+    # ... -> requests in the engine without a first output yet (queued, waiting for a slot, or in prefill)
+    waiting_by_adapter: dict[str, int] = field(default_factory=dict)
 
 
 class EngineClient(Protocol):

@@ -209,7 +209,8 @@ class Metrics:
             load = self._engine_source()
             for name, doc, value in (
                 ("running_requests", "Requests the engine core is running.", load.running),
-                ("waiting_requests", "Requests waiting in the engine core.", load.waiting),
+                ("waiting_requests", "Requests waiting in the engine core, those deferred for want of an adapter "
+                 "slot included.", load.waiting),
                 ("kv_cache_usage_ratio", "Fraction of KV-cache blocks in use.", load.kv_cache_usage),
                 ("unfinished_requests", "Requests the engine frontend still tracks.", load.unfinished),
             ):

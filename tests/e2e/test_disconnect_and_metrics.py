@@ -78,23 +78,30 @@ def lora_info(samples) -> dict[str, str]:
 def test_adapter_affinity_series_show_what_runs_and_what_is_resident(server, server_process, adapter_names, acme,
                                                                     metrics_text):
     """`vllm:lora_requests_info` in vLLM's shape (adapter names as clients send them) and one residency series
-    per adapter version, read while a stream on an adapter is held mid-run in the engine."""
+    per adapter version: the adapter waiting while the engine holds its request before a first token, then
+    running while the stream is held mid-run."""
     name = adapter_names[1]
     body = {"model": name, "prompt": "tell me a long story", "max_tokens": 1000, "ignore_eos": True,
             "stream": True}
     wait_until_idle(metrics_text)
+    # Resident first: the request then reaches the held engine instead of waiting for the adapter's load.
+    warm = httpx.post(f"{server}/v1/completions", json={**body, "stream": False, "max_tokens": 1}, timeout=60,
+                      headers=acme)
+    assert warm.status_code == 200
+
+    def info_now() -> dict[str, str]:
+        return lora_info(scrape(lambda: metrics_text("vllm:lora_requests_info")))
+
     with EngineGate.of(server_process.proc.pid) as gate:
         stream = StreamReader(f"{server}/v1/completions", acme, body)
+        wait_until(lambda: info_now()["waiting_lora_adapters"] == name, "the held engine's request waits")
         gate.pulse_until(lambda: bool(stream.chunks))
         running = scrape(lambda: metrics_text("vllm:lora_requests_info", "loraplex_adapter_resident"))
         stream.drop()
     info = lora_info(running)
-    assert (info["max_lora"], info["running_lora_adapters"]) == ("2", name)
-    # The engine's stats may be those of the step that moved it from waiting to running.
-    assert info["waiting_lora_adapters"] in ("", name)
+    assert (info["max_lora"], info["running_lora_adapters"], info["waiting_lora_adapters"]) == ("2", name, "")
     assert value(running, "loraplex_adapter_resident", tier="engine", adapter=f"{name}@1") == 1
-    wait_until(lambda: lora_info(scrape(lambda: metrics_text("vllm:lora_requests_info")))["running_lora_adapters"]
-               == "", "the dropped stream's adapter no longer runs")
+    wait_until(lambda: info_now()["running_lora_adapters"] == "", "the dropped stream's adapter no longer runs")
 
 
 def test_metrics_count_known_traffic(server, base_model_id, keys, metrics_text):
