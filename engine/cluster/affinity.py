@@ -1,8 +1,9 @@
 """Adapter-affinity replica choice, as a pure function: which replicas a request should try, best first.
 
 A request goes to a replica that already holds its adapter version (no cold load), unless every holder is at or
-over the load threshold; then the least loaded replica takes it and loads the adapter too, so a hot adapter spreads
-over as many replicas as its load needs. Requests for the base model go to the least loaded replica.
+over the load threshold or has too many of the adapter's requests waiting in its engine; then the least loaded
+replica takes it and loads the adapter too, so a hot adapter spreads over as many replicas as its load needs.
+Requests for the base model go to the least loaded replica.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class ReplicaView:
-    """What the router knows of one replica: its id, the adapters resident in its engine, its ongoing requests."""
+    """What the router knows of one replica: its id, the adapters resident in its engine, its ongoing requests, and
+    the resident adapters with as many requests waiting in its engine as the router's threshold, or more."""
 
     replica_id: str
     resident: frozenset[str]
     ongoing: int
+    starved: frozenset[str] = frozenset()
 
 
 def rank_replicas(adapter: str | None, replicas: Sequence[ReplicaView], max_ongoing: int) -> list[list[str]]:
@@ -28,7 +31,8 @@ def rank_replicas(adapter: str | None, replicas: Sequence[ReplicaView], max_ongo
         return []
     by_load = sorted(replicas, key=lambda r: r.ongoing)
     if adapter is not None:
-        holders = [r for r in by_load if adapter in r.resident and r.ongoing < max_ongoing]
+        holders = [r for r in by_load
+                   if adapter in r.resident and adapter not in r.starved and r.ongoing < max_ongoing]
         if holders:
             rest = [r.replica_id for r in by_load if r is not holders[0]]
             return [[holders[0].replica_id], rest] if rest else [[holders[0].replica_id]]

@@ -34,13 +34,18 @@ class ClusterConfig(BaseModel):
                                       "the adapter is passed over for the least loaded one (which loads it too).")
     max_ongoing_requests: int = Field(default=64, ge=1, description="Requests one replica runs at once; more wait "
                                       "in the router.")
-    autoscale: bool = Field(default=False, description="Let Ray Serve add and remove replicas on ongoing requests "
-                            "per replica (between --min-replicas and --max-replicas).")
+    autoscale: bool = Field(default=False, description="Let Ray Serve add and remove replicas (between "
+                            "--min-replicas and --max-replicas) on ongoing requests per replica and on the requests "
+                            "waiting in the engines for each adapter.")
     min_replicas: int = Field(default=1, ge=0, description="Fewest replicas when autoscaling; 0 scales to zero "
                               "(the next request waits for a cold start).")
     max_replicas: int = Field(default=4, ge=1, description="Most replicas when autoscaling.")
     target_ongoing_requests: float = Field(default=16.0, gt=0, description="Ongoing requests per replica "
                                            "autoscaling aims at.")
+    target_adapter_waiting: float = Field(default=4.0, gt=0, description="Requests waiting in the engines for one "
+                                          "adapter, per replica holding it, above which autoscaling adds replicas "
+                                          "(whatever the ongoing requests per replica); a holder with this many "
+                                          "waiting is passed over by affinity routing.")
     upscale_delay_s: float = Field(default=10.0, ge=0, description="How long load must stay above target before "
                                    "a replica is added.")
     downscale_delay_s: float = Field(default=120.0, ge=0, description="How long load must stay below target before "

@@ -8,10 +8,11 @@ import signal
 
 import ray
 from ray import serve
-from ray.serve.config import AutoscalingConfig, RequestRouterConfig
+from ray.serve.config import AutoscalingConfig, AutoscalingPolicy, RequestRouterConfig
 from ray.serve.deployment import Application
 from ray.serve.handle import DeploymentHandle
 
+from engine.cluster.autoscale import AdapterQueuePolicy
 from engine.cluster.config import ROUTING_AFFINITY, ClusterConfig
 from engine.cluster.replica import EngineReplica, ReplicaSpec
 from engine.cluster.router import AdapterAffinityRouter
@@ -32,13 +33,17 @@ _FORWARDED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "LORAPLEX_HOME", "VL
 def _autoscaling(cluster: ClusterConfig) -> AutoscalingConfig:
     return AutoscalingConfig(min_replicas=cluster.min_replicas, max_replicas=cluster.max_replicas,
                              initial_replicas=cluster.replicas, target_ongoing_requests=cluster.target_ongoing_requests,
-                             upscale_delay_s=cluster.upscale_delay_s, downscale_delay_s=cluster.downscale_delay_s)
+                             upscale_delay_s=cluster.upscale_delay_s, downscale_delay_s=cluster.downscale_delay_s,
+                             policy=AutoscalingPolicy(
+                                 policy_function=f"{AdapterQueuePolicy.__module__}:{AdapterQueuePolicy.__name__}",
+                                 policy_kwargs={"target_adapter_waiting": cluster.target_adapter_waiting}))
 
 
 def _router(cluster: ClusterConfig) -> RequestRouterConfig:
     if cluster.routing == ROUTING_AFFINITY:
         return RequestRouterConfig(request_router_class=AdapterAffinityRouter,
-                                   request_router_kwargs={"max_ongoing": cluster.affinity_max_ongoing},
+                                   request_router_kwargs={"max_ongoing": cluster.affinity_max_ongoing,
+                                                          "max_waiting": cluster.target_adapter_waiting},
                                    request_routing_stats_period_s=cluster.replica_stats_period_s)
     return RequestRouterConfig(request_routing_stats_period_s=cluster.replica_stats_period_s)
 

@@ -23,11 +23,13 @@ from adapters.identity import parse_model_ref
 from adapters.manifest import Manifest
 from adapters.registry import Registry, RegistryConfig
 from adapters.tiers import TIER_CPU, AdapterTiers
+from engine.adapter_ids import adapter_name_of
 from engine.async_engine import LoraplexEngine
+from engine.cluster.autoscale import autoscaling_stats
 from engine.cluster.coalesce import coalesce
 from engine.cluster.placement import held_here
 from engine.cluster.report import ReplicaReport, ReplicaTierCounts
-from engine.cluster.router import RESIDENT_STAT
+from engine.cluster.router import RESIDENT_STAT, WAITING_STAT
 from engine.config import EngineConfig
 from engine.tracing import Tracing
 from engine.types import ChoiceDelta, EngineError
@@ -84,7 +86,21 @@ class EngineReplica:
 
     def record_routing_stats(self) -> dict:
         """Ray Serve calls this every `request_routing_stats_period_s` and hands it to the router."""
-        return {RESIDENT_STAT: self.tiers.residency()[TIER_CPU], "ongoing": self.ongoing}
+        return {RESIDENT_STAT: self.tiers.residency()[TIER_CPU], WAITING_STAT: self._waiting_by_name(),
+                "ongoing": self.ongoing}
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """Ray Serve calls this every metrics period; `autoscale.AdapterQueuePolicy` reads it."""
+        resident = {parse_model_ref(label).name for label in self.tiers.residency()[TIER_CPU]}
+        return autoscaling_stats(self._waiting_by_name(), resident)
+
+    def _waiting_by_name(self) -> dict[str, int]:
+        """Requests waiting in the engine per adapter name (all its versions)."""
+        waiting: dict[str, int] = {}
+        for engine_name, count in self.engine.load().waiting_by_adapter.items():
+            name = adapter_name_of(engine_name)
+            waiting[name] = waiting.get(name, 0) + count
+        return waiting
 
     async def generate(self, request_id: str, prompt_token_ids: list[int], params, manifest: Manifest | None,
                        cache_salt: str | None = None, adapter_key: str | None = None,

@@ -2,7 +2,8 @@
 
 It runs inside the deployment handle, in the server process. What it knows of a replica: the adapters the replica
 reported resident in its last routing stats (`EngineReplica.record_routing_stats`, every few seconds), the adapters
-it was sent since (assumed resident until the next report could show them), and Ray's count of its ongoing requests.
+it was sent since (assumed resident until the next report could show them), the requests waiting in its engine per
+adapter (from the same report), and Ray's count of its ongoing requests.
 """
 
 from __future__ import annotations
@@ -12,26 +13,35 @@ import time
 
 from ray.serve.request_router import FIFOMixin, PendingRequest, RequestRouter, RunningReplica
 
+from adapters.identity import parse_model_ref
 from engine.cluster.affinity import ReplicaView, rank_replicas
 
 ADAPTER_KWARG = "adapter_key"  # the keyword argument of EngineReplica.generate naming the adapter version
 RESIDENT_STAT = "resident"
+WAITING_STAT = "waiting"  # adapter name -> requests waiting in the replica's engine
 
 
 class AdapterAffinityRouter(FIFOMixin, RequestRouter):
-    def initialize_state(self, max_ongoing: int = 8, assume_s: float = 5.0, **kwargs) -> None:
-        """`max_ongoing`: the load at which a holder is passed over; `assume_s`: how long a replica sent an
-        adapter counts as holding it without a report saying so."""
+    def initialize_state(self, max_ongoing: int = 8, max_waiting: float = 4.0, assume_s: float = 5.0,
+                         **kwargs) -> None:
+        """`max_ongoing`: the load at which a holder is passed over; `max_waiting`: the requests waiting for the
+        adapter in a holder's engine at which it is passed over; `assume_s`: how long a replica sent an adapter
+        counts as holding it without a report saying so."""
         self._max_ongoing = max_ongoing
+        self._max_waiting = max_waiting
         self._assume_s = assume_s
         self._sent: dict[str, dict[str, float]] = {}  # replica id -> adapter -> when a request for it was sent
 
     def _view(self, replica: RunningReplica, now: float) -> ReplicaView:
         rid = replica.replica_id.unique_id
-        reported = (replica.routing_stats or {}).get(RESIDENT_STAT, ())
+        stats = replica.routing_stats or {}
         sent = {a for a, at in self._sent.get(rid, {}).items() if now - at < self._assume_s}
+        resident = frozenset(stats.get(RESIDENT_STAT, ())) | sent
+        waiting = stats.get(WAITING_STAT, {})
+        starved = frozenset(label for label in resident if waiting.get(parse_model_ref(label).name, 0)
+                            >= self._max_waiting)
         ongoing = self._replica_queue_len_cache.get(replica.replica_id) or 0
-        return ReplicaView(rid, frozenset(reported) | sent, ongoing)
+        return ReplicaView(rid, resident, ongoing, starved)
 
     async def choose_replicas(self, candidate_replicas: list[RunningReplica],
                               pending_request: PendingRequest | None = None) -> list[list[RunningReplica]]:

@@ -5,8 +5,8 @@ import pytest
 from engine.cluster.affinity import ReplicaView, rank_replicas
 
 
-def view(rid: str, ongoing: int, *resident: str) -> ReplicaView:
-    return ReplicaView(rid, frozenset(resident), ongoing)
+def view(rid: str, ongoing: int, *resident: str, starved: tuple[str, ...] = ()) -> ReplicaView:
+    return ReplicaView(rid, frozenset(resident), ongoing, frozenset(starved))
 
 
 @pytest.mark.parametrize(("adapter", "replicas", "ranks"), [
@@ -24,6 +24,12 @@ def view(rid: str, ongoing: int, *resident: str) -> ReplicaView:
     (None, [view("r1", 3, "a@1"), view("r2", 1)], [["r2"], ["r1"]]),
     # One replica: it, busy or not.
     ("a@1", [view("r1", 9)], [["r1"]]),
+    # The holder's requests for the adapter wait there for an engine slot: the least loaded takes it.
+    ("a@1", [view("r1", 0), view("r2", 1, "a@1", starved=("a@1",))], [["r1"], ["r2"]]),
+    # Another holder, not starved, takes it though busier.
+    ("a@1", [view("r1", 1, "a@1"), view("r2", 0, "a@1", starved=("a@1",))], [["r1"], ["r2"]]),
+    # Another adapter starved there does not matter.
+    ("a@1", [view("r1", 0), view("r2", 1, "a@1", "b@1", starved=("b@1",))], [["r2"], ["r1"]]),
     # Ties in load keep the given order (the router shuffles it).
     ("a@1", [view("r2", 0), view("r1", 0)], [["r2"], ["r1"]]),
 ])
