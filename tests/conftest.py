@@ -412,40 +412,55 @@ def async_openai_client(server, keys):
 
 
 class HFReference:
-    """Greedy decoding with transformers + peft in float32, without KV cache, as the ground truth."""
+    """Greedy decoding with transformers + peft in float32, without KV cache, as the ground truth. One copy of the
+    base model holds every adapter asked for (peft's named adapters), each run alone; the base model runs with them
+    disabled. A LoRA layer then computes what it computes in a model of that one adapter: its base layer, plus the
+    active adapter's product where it targets the layer."""
 
     def __init__(self, model_dir: Path, adapter_dirs: dict[str, Path]):
         self.model_dir = model_dir
         self.adapter_dirs = adapter_dirs
-        self._models: dict[str | None, object] = {}
+        self._model = None  # the base model; a PeftModel once an adapter is loaded
+        self._names: dict[str | Path, str] = {}  # adapter -> its name in the PeftModel
         self._cache: dict[tuple, list[int]] = {}
 
-    def model(self, adapter: str | Path | None):
+    def _logits(self, adapter: str | Path | None, ids):
         """`adapter`: a demo adapter's name, any adapter folder, or None for the base model."""
         import torch
         from peft import PeftModel
         from transformers import AutoModelForCausalLM
 
-        if adapter not in self._models:
-            base = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
-            folder = adapter if isinstance(adapter, Path) else self.adapter_dirs.get(adapter)
-            model = base if adapter is None else PeftModel.from_pretrained(base, folder)
-            self._models[adapter] = model.eval()
-        return self._models[adapter]
+        if self._model is None:
+            self._model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).eval()
+        if adapter is not None and adapter not in self._names:
+            folder = adapter if isinstance(adapter, Path) else self.adapter_dirs[adapter]
+            name = f"adapter{len(self._names)}"
+            if isinstance(self._model, PeftModel):
+                self._model.load_adapter(folder, adapter_name=name)
+            else:
+                self._model = PeftModel.from_pretrained(self._model, folder, adapter_name=name)
+            self._model.eval()  # no LoRA dropout
+            self._names[adapter] = name
+        with torch.no_grad():
+            if adapter is not None:
+                self._model.set_adapter(self._names[adapter])
+                return self._model(ids).logits
+            if isinstance(self._model, PeftModel):
+                with self._model.disable_adapter():
+                    return self._model(ids).logits
+            return self._model(ids).logits
 
     def greedy(self, adapter: str | Path | None, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
         import torch
 
         key = (adapter, tuple(prompt_ids), max_new_tokens)
         if key not in self._cache:
-            model = self.model(adapter)
             ids = torch.tensor([prompt_ids])
             out = []
-            with torch.no_grad():
-                for _ in range(max_new_tokens):
-                    next_id = int(model(ids).logits[0, -1].argmax())
-                    out.append(next_id)
-                    ids = torch.cat([ids, torch.tensor([[next_id]])], dim=1)
+            for _ in range(max_new_tokens):
+                next_id = int(self._logits(adapter, ids)[0, -1].argmax())
+                out.append(next_id)
+                ids = torch.cat([ids, torch.tensor([[next_id]])], dim=1)
             self._cache[key] = out
         return self._cache[key]
 
@@ -453,8 +468,7 @@ class HFReference:
         """Log-probability of each prompt token after the ones before it (the first has none: not listed)."""
         import torch
 
-        with torch.no_grad():
-            logits = self.model(adapter)(torch.tensor([prompt_ids])).logits[0, :-1]
+        logits = self._logits(adapter, torch.tensor([prompt_ids]))[0, :-1]
         logprobs = torch.log_softmax(logits, dim=-1)
         return [float(logprobs[i, token]) for i, token in enumerate(prompt_ids[1:])]
 
