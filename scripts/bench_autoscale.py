@@ -4,8 +4,8 @@
 sql-helper run all the time (each re-sent as it ends), so poet's requests, one every `--interval` seconds, wait in
 the engine for the slot. The replica's ongoing requests stay under `--target-ongoing-requests 48`, so Ray Serve's
 own rule adds no replica; with `--target-adapter-waiting 4` the queue of poet asks for one, and routing then sends
-poet's new requests to it. Setups (each
-server started afresh, alternating over rounds): the adapter-queue rule on, and off (a target no queue reaches).
+poet's new requests to it. Setups (each server started afresh, alternating over rounds): the adapter-queue rule on,
+and off (a target no queue reaches).
 Per run: when the second replica was RUNNING (seconds from the first request), the requests each replica took, and
 poet's TTFT p50/p99 over the run and over its last `--tail` seconds:
 

@@ -42,8 +42,9 @@ def adapter_queues(metrics: Mapping[str, Mapping[object, float]]) -> dict[str, A
 
 def replicas_for_queues(current: int, queues: Mapping[str, AdapterQueue], target_waiting: float) -> int:
     """Replicas that leave no adapter more than `target_waiting` waiting requests per holder: the current count plus
-    the holders the most starved adapter lacks (a replica added takes it through the router's spill-over); 0 when
-    no adapter is over the target, so that Ray's count alone decides (and may scale down)."""
+    the holders the most starved adapter lacks (affinity routing passes over a holder with that many waiting, so a
+    replica added takes the adapter's next requests); 0 when no adapter is over the target, so that Ray's count
+    alone decides (and may scale down)."""
     lacking = max((math.ceil(q.waiting / target_waiting) - q.holders for q in queues.values()), default=0)
     return current + lacking if lacking > 0 else 0
 
