@@ -18,14 +18,13 @@ import argparse
 import asyncio
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
-from bench_servers import free_port, loraplex_command, own_state, percentile_ms, running, say, stream_ttft  # noqa: E402
+from bench_servers import percentile_ms, setups_in_rounds, stream_ttft  # noqa: E402
 
 HOG, WAITER = "sql-helper", "poet"
 HOG_STREAMS, HOG_TOKENS, WAITER_TOKENS = 2, 600, 16
@@ -91,15 +90,9 @@ def main() -> None:
     parser.add_argument("--tail", type=float, default=45.0, help="the last seconds reported on their own")
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     args = parser.parse_args()
-    runs: dict[str, list[dict]] = {name: [] for name in SETUPS}
-    for round_ in range(args.rounds):
-        for name, extra in SETUPS.items():
-            port = free_port()
-            with tempfile.TemporaryDirectory(prefix="loraplex-bench-autoscale-") as state:
-                cmd = loraplex_command(port, {}, 1, 4, None, extra=(*own_state(state), *COMMON, *extra))
-                with running(cmd, port, args.out / ".autoscale.log", ready_path="/ready") as base:
-                    runs[name].append(asyncio.run(_drive(base, args.seconds, args.interval, args.tail)))
-            say(f"round {round_ + 1}, {name}: {runs[name][-1]}")
+    setups = {name: (*COMMON, *extra) for name, extra in SETUPS.items()}
+    runs = setups_in_rounds(setups, args.rounds, 1, args.out / ".autoscale.log",
+                            lambda base: _drive(base, args.seconds, args.interval, args.tail))
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"autoscale-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
     path.write_text(json.dumps({"hog": HOG, "hog_streams": HOG_STREAMS, "hog_tokens": HOG_TOKENS, "waiter": WAITER,

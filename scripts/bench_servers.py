@@ -18,9 +18,10 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,6 +170,22 @@ def running(cmd: list[str], port: int, log_path: Path, ready_path: str = "/v1/mo
     `env` adds to this process's environment."""
     with running_process(cmd, port, log_path, ready_path, env) as (base, _):
         yield base
+
+
+def setups_in_rounds(setups: dict[str, tuple[str, ...]], rounds: int, max_loras: int, log_path: Path,
+                     drive: Callable[[str], Awaitable[dict]]) -> dict[str, list[dict]]:
+    """Each setup's flags on a loraplex server (`max_loras` slots, 4 in CPU, an empty state of its own) started
+    afresh in every round, setups alternating; `drive(base_url)` measures one server. Results by setup."""
+    runs: dict[str, list[dict]] = {name: [] for name in setups}
+    for round_ in range(rounds):
+        for name, flags in setups.items():
+            port = free_port()
+            with tempfile.TemporaryDirectory(prefix="loraplex-bench-") as state:
+                cmd = loraplex_command(port, {}, max_loras, 4, None, extra=(*own_state(state), *flags))
+                with running(cmd, port, log_path, ready_path="/ready") as base:
+                    runs[name].append(asyncio.run(drive(base)))
+            say(f"round {round_ + 1}, {name}: {runs[name][-1]}")
+    return runs
 
 
 def cpu_seconds(pid: int) -> float:

@@ -12,26 +12,15 @@ TTFT p50/p99 and output tok/s of the whole run. Setups alternate over rounds, ea
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
-from bench_servers import (  # noqa: E402
-    bounded,
-    free_port,
-    loraplex_command,
-    own_state,
-    percentile_ms,
-    running,
-    say,
-    stream_ttft,
-)
+from bench_servers import bounded, percentile_ms, setups_in_rounds, stream_ttft  # noqa: E402
 
 HOT = "poet"
 MAX_TOKENS = 64
@@ -66,15 +55,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     args = parser.parse_args()
-    runs: dict[str, list[dict]] = {name: [] for name in SETUPS}
-    for round_ in range(args.rounds):
-        for name, extra in SETUPS.items():
-            port = free_port()
-            with tempfile.TemporaryDirectory(prefix="loraplex-bench-spread-") as state:
-                cmd = loraplex_command(port, {}, 2, 4, None, extra=(*own_state(state), *COMMON, *extra))
-                with running(cmd, port, args.out / ".spread.log", ready_path="/ready") as base:
-                    runs[name].append(asyncio.run(_drive(base, args.requests, args.concurrency)))
-            say(f"round {round_ + 1}, {name}: {runs[name][-1]}")
+    setups = {name: (*COMMON, *extra) for name, extra in SETUPS.items()}
+    runs = setups_in_rounds(setups, args.rounds, 2, args.out / ".spread.log",
+                            lambda base: _drive(base, args.requests, args.concurrency))
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"spread-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
     path.write_text(json.dumps({"adapter": HOT, "requests": args.requests, "concurrency": args.concurrency,
