@@ -15,7 +15,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class ReplicaView:
     """What the router knows of one replica: its id, the adapters resident in its engine, its ongoing requests, and
-    the resident adapters with as many requests waiting in its engine as the router's threshold, or more."""
+    adapters with at least the router's threshold of requests waiting in its engine (the router names only the
+    request's own)."""
 
     replica_id: str
     resident: frozenset[str]

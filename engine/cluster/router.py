@@ -32,25 +32,26 @@ class AdapterAffinityRouter(FIFOMixin, RequestRouter):
         self._assume_s = assume_s
         self._sent: dict[str, dict[str, float]] = {}  # replica id -> adapter -> when a request for it was sent
 
-    def _view(self, replica: RunningReplica, now: float) -> ReplicaView:
+    def _view(self, replica: RunningReplica, now: float, adapter: str | None, name: str | None) -> ReplicaView:
+        """`adapter`: the request's version label, `name` its adapter's name (the waiting counts are by name);
+        only whether that adapter is starved there matters to the ranking."""
         rid = replica.replica_id.unique_id
         stats = replica.routing_stats or {}
         sent = {a for a, at in self._sent.get(rid, {}).items() if now - at < self._assume_s}
-        resident = frozenset(stats.get(RESIDENT_STAT, ())) | sent
-        waiting = stats.get(WAITING_STAT, {})
-        starved = frozenset(label for label in resident if waiting.get(parse_model_ref(label).name, 0)
-                            >= self._max_waiting)
+        waiting = stats.get(WAITING_STAT, {}).get(name, 0) if name is not None else 0
+        starved = frozenset((adapter,)) if waiting >= self._max_waiting else frozenset()
         ongoing = self._replica_queue_len_cache.get(replica.replica_id) or 0
-        return ReplicaView(rid, resident, ongoing, starved)
+        return ReplicaView(rid, frozenset(stats.get(RESIDENT_STAT, ())) | sent, ongoing, starved)
 
     async def choose_replicas(self, candidate_replicas: list[RunningReplica],
                               pending_request: PendingRequest | None = None) -> list[list[RunningReplica]]:
         adapter = pending_request.kwargs.get(ADAPTER_KWARG) if pending_request is not None else None
+        name = parse_model_ref(adapter).name if adapter is not None else None
         now = time.monotonic()
         shuffled = list(candidate_replicas)
         random.shuffle(shuffled)
         by_id = {r.replica_id.unique_id: r for r in shuffled}
-        ranks = rank_replicas(adapter, [self._view(r, now) for r in shuffled], self._max_ongoing)
+        ranks = rank_replicas(adapter, [self._view(r, now, adapter, name) for r in shuffled], self._max_ongoing)
         return [[by_id[rid] for rid in rank] for rank in ranks]
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id, result) -> None:
