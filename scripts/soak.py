@@ -3,22 +3,25 @@
     python scripts/soak.py soak --minutes 90 --load 0.6      # RSS, open fds, TTFT p95 per 10-minute window; billing
     python scripts/soak.py overload --seconds 90 --load 2.0  # beyond capacity: only 429/503 + Retry-After
     python scripts/soak.py overload --admission max_running=16 --admission max_queue_wait_s=0.25
+    python scripts/soak.py soak --minutes 30 --rate 6 --heap-profile-every-minutes 4   # where native memory goes
 
 `--admission NAME=VALUE` sets the tenants file's `admission` section (a one-tenant file the script writes,
 with a key it generates); without it the server runs open with its defaults.
 
 Both first measure capacity (requests per second with `--concurrency` clients in a closed loop), then send an
-open-loop Poisson stream at `--load` times it, mixing the base model and the demo adapters (streamed, 32 output
-tokens). Every 10 s they sample the server's and its engine processes' RSS and open file descriptors and the
-latency of the requests that finished in the window. At the end every request that got an HTTP answer must
-have its row in the usage ledger. Results: JSON and a plot under docs/results/ (reliability-*), a summary on
-stdout. Load goes to 127.0.0.1 only; every loop is bounded in count and time.
+open-loop Poisson stream at `--load` times it (or at `--rate` requests per second), mixing the base model and the
+demo adapters (streamed, 32 output tokens). Every 10 s they sample the server's and its engine processes' RSS and
+open file descriptors and the latency of the requests that finished in the window. At the end every request that
+got an HTTP answer must have its row in the usage ledger; a request with none is counted by the client's error,
+and by whether the server billed it anyway. Results: JSON and a plot under docs/results/ (reliability-*), a
+summary on stdout. Load goes to 127.0.0.1 only; every loop is bounded in count and time.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes.util
 import json
 import os
 import random
@@ -26,6 +29,7 @@ import sqlite3
 import statistics
 import tempfile
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -46,6 +50,7 @@ class Result:
     ttft_s: float | None = None
     e2e_s: float | None = None
     retry_after: bool = False
+    error: str | None = None  # the client's exception, by type, where there was no HTTP answer or it broke off
 
 
 @dataclass
@@ -118,9 +123,10 @@ def tenants_file(state: str, admission: dict[str, float]) -> tuple[Path, str]:
     return path, key
 
 
-def trace_env(every_minutes: float | None) -> dict[str, str]:
-    """The server's environment for `--trace-every-minutes`: sitecustomize on its path, a fresh snapshot folder."""
-    if every_minutes is None:
+def trace_env(trace_every_minutes: float | None, heap_every_minutes: float | None) -> dict[str, str]:
+    """The server's environment for `--trace-every-minutes` and `--heap-profile-every-minutes`: sitecustomize on
+    its path, a fresh output folder; for the heap profiler, gperftools' TCMalloc preloaded in every server process."""
+    if trace_every_minutes is None and heap_every_minutes is None:
         return {}
     folder = RESULTS / ".soak-trace"
     if folder.exists():
@@ -128,8 +134,16 @@ def trace_env(every_minutes: float | None) -> dict[str, str]:
             old.unlink()
     folder.mkdir(parents=True, exist_ok=True)
     path = [str(REPO / "scripts" / "soak_trace"), *filter(None, [os.environ.get("PYTHONPATH")])]
-    return {"PYTHONPATH": os.pathsep.join(path), "LORAPLEX_SOAK_TRACE_DIR": str(folder),
-            "LORAPLEX_SOAK_TRACE_EVERY_S": str(every_minutes * 60)}
+    env = {"PYTHONPATH": os.pathsep.join(path)}
+    if trace_every_minutes is not None:
+        env |= {"LORAPLEX_SOAK_TRACE_DIR": str(folder), "LORAPLEX_SOAK_TRACE_EVERY_S": str(trace_every_minutes * 60)}
+    if heap_every_minutes is not None:
+        if not ctypes.util.find_library("tcmalloc"):
+            raise SystemExit("--heap-profile-every-minutes needs gperftools' TCMalloc: apt-get install "
+                             "libgoogle-perftools4 google-perftools")
+        env |= {"LD_PRELOAD": "libtcmalloc.so.4", "LORAPLEX_SOAK_HEAP_DIR": str(folder),
+                "LORAPLEX_SOAK_HEAP_EVERY_S": str(heap_every_minutes * 60)}
+    return env
 
 
 def admission_setting(text: str) -> tuple[str, float]:
@@ -150,8 +164,8 @@ async def one(client: httpx.AsyncClient, model: str, request_id: str) -> Result:
             async for line in r.aiter_lines():
                 if line.startswith("data: ") and result.ttft_s is None:
                     result.ttft_s = time.monotonic() - result.sent_at
-    except httpx.HTTPError:
-        pass
+    except httpx.HTTPError as e:
+        result.error = type(e).__name__
     result.e2e_s = time.monotonic() - result.sent_at
     return result
 
@@ -282,6 +296,9 @@ def summarize(mode: str, args: argparse.Namespace, cap: float, rate: float, resu
     return {
         "mode": mode, "args": vars(args), "capacity_rps": round(cap, 2), "offered_rps": round(rate, 2),
         "requests": len(results), "statuses": statuses,
+        # A request with no HTTP answer: what the client saw, and whether the server took it (its ledger row).
+        "client_errors": dict(Counter(r.error for r in results if r.error)),
+        "unanswered_with_ledger_row": sum(1 for r in results if not r.status and r.request_id in billed),
         "other_than_200_429_503": sum(1 for r in answered if r.status not in (200, 429, 503)),
         "refused_without_retry_after": sum(1 for r in refused if not r.retry_after),
         "answered_without_ledger_row": sum(1 for r in answered if r.request_id not in billed),
@@ -307,6 +324,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=90.0, help="overload duration (default %(default)s)")
     parser.add_argument("--load", type=float, default=None, help="offered load as a multiple of the measured "
                         "capacity (default 0.6 for soak, 2.0 for overload)")
+    parser.add_argument("--rate", type=float, default=None, help="offered requests per second, instead of --load: "
+                        "the same load for runs that compare variants (capacity is still measured and reported)")
     parser.add_argument("--window-minutes", type=float, default=10.0, help="the summary's windows: RSS, open fds "
                         "and TTFT p95 per window (default %(default)s)")
     parser.add_argument("--concurrency", type=int, default=16, help="closed-loop clients when measuring capacity")
@@ -317,6 +336,10 @@ def main() -> None:
                         "every server process from so many minutes after it starts, and write a tracemalloc "
                         "snapshot every so many minutes after that under docs/results/.soak-trace/ "
                         "(scripts/soak_trace/sitecustomize.py; tracing slows the server)")
+    parser.add_argument("--heap-profile-every-minutes", type=float, default=None, help="run every server process "
+                        "on gperftools' TCMalloc and start its heap profiler so many minutes after the process "
+                        "starts; a profile and the bytes malloc holds every so many minutes after that, under "
+                        "docs/results/.soak-trace/ (native allocations: what tracemalloc does not see)")
     args = parser.parse_args()
     load = args.load if args.load is not None else (0.6 if args.mode == "soak" else 2.0)
     seconds = args.minutes * 60 if args.mode == "soak" else args.seconds
@@ -329,7 +352,8 @@ def main() -> None:
             extra, headers = (*extra, "--config", str(config)), {"Authorization": f"Bearer {key}"}
         cmd = loraplex_command(port, {}, max_loras=4, max_cpu_loras=8, extra=("--demo", "tiny", *extra))
         log = RESULTS / f".{args.mode}-server.log"
-        with running(cmd, port, log, ready_path="/ready", env=trace_env(args.trace_every_minutes)) as base:
+        env = trace_env(args.trace_every_minutes, args.heap_profile_every_minutes)
+        with running(cmd, port, log, ready_path="/ready", env=env) as base:
             server_pid = int(next(p for p in Path("/proc").iterdir() if p.name.isdigit()
                                   and _is_server(p, port)).name)
             # The base model and every demo adapter, as the server names them.
@@ -343,7 +367,7 @@ def main() -> None:
             cap = asyncio.run(calibrate())
             if cap <= 0:
                 raise SystemExit(f"no request succeeded while measuring capacity; see {log}")
-            rate = cap * load
+            rate = args.rate if args.rate is not None else cap * load
             say(f"capacity {cap:.2f} req/s; offering {rate:.2f} req/s for {seconds:.0f} s")
             results, samples = asyncio.run(drive(base, headers, server_pid, models, rate, seconds))
             time.sleep(2)  # rows of the last responses commit before their last byte; let the writer finish
@@ -353,7 +377,7 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"reliability-{args.mode}-{stamp}.json"
     out.write_text(json.dumps(summary, indent=2) + "\n")
-    plot(samples, f"{args.mode}: {load:g} x capacity ({cap:.1f} req/s), {seconds / 60:.0f} min",
+    plot(samples, f"{args.mode}: {rate:.1f} req/s, capacity {cap:.1f} req/s, {seconds / 60:.0f} min",
          out.with_suffix(".png"))
     print(json.dumps({k: v for k, v in summary.items() if k not in ("samples", "p99_ms_by_window", "windows")},
                      indent=2))

@@ -1,10 +1,16 @@
-"""Python's allocations traced in every process of a soak's server (`scripts/soak.py --trace-every-minutes`).
+"""Allocations traced in every process of a soak's server: Python's (`scripts/soak.py --trace-every-minutes`) or
+native ones (`--heap-profile-every-minutes`).
 
 On the server's PYTHONPATH only for such a run: each Python process (the API server, vLLM's engine core and
 worker, forked or spawned) starts `tracemalloc` LORAPLEX_SOAK_TRACE_EVERY_S seconds after it starts (tracing
 imports and the engine's compile would take many minutes), then writes a snapshot to LORAPLEX_SOAK_TRACE_DIR every
 as many seconds, from a thread of its own (the Python API, so no lock is taken from outside). A snapshot holds what
 was allocated since tracing started and is still alive: growth between two of them is what the run kept.
+
+Native: the server runs with gperftools' TCMalloc preloaded (Debian's libgoogle-perftools4), and each process that
+maps it starts TCMalloc's heap profiler LORAPLEX_SOAK_HEAP_EVERY_S seconds after it starts, then dumps a profile to
+LORAPLEX_SOAK_HEAP_DIR every as many seconds and appends the bytes malloc holds for the program to heap.jsonl. Two
+profiles compare with `google-pprof --text --base=EARLIER python3 LATER` (package google-perftools).
 """
 
 from __future__ import annotations
@@ -19,17 +25,23 @@ from pathlib import Path
 FRAMES = 10
 
 
+def _process_name() -> str:
+    return Path("/proc/self/comm").read_text().strip().replace("/", "_").replace(":", "_")
+
+
+def _rss_mib() -> float:
+    return next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+                if line.startswith("VmRSS:")) / 1024
+
+
 def _write(folder: Path, started: float) -> None:
-    pid = os.getpid()
-    name = Path("/proc/self/comm").read_text().strip().replace("/", "_").replace(":", "_")
+    pid, name = os.getpid(), _process_name()
     stamp = int(time.monotonic() - started)
     tracemalloc.take_snapshot().dump(str(folder / f"{name}-{pid}-{stamp:06d}.snap"))
     current, peak = tracemalloc.get_traced_memory()
-    rss_kib = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
-                   if line.startswith("VmRSS:"))
     with (folder / "traced.jsonl").open("a") as out:
         out.write(json.dumps({"process": name, "pid": pid, "t_s": stamp, "traced_mib": current / 2**20,
-                              "rss_mib": rss_kib / 1024}) + "\n")
+                              "rss_mib": _rss_mib()}) + "\n")
 
 
 def _loop(folder: Path, every_s: float) -> None:
@@ -51,6 +63,33 @@ def _start() -> None:
                      name="soak-tracemalloc", daemon=True).start()
 
 
+def _heap_loop(folder: Path, every_s: float) -> None:
+    import ctypes
+
+    time.sleep(every_s)
+    if "libtcmalloc.so" not in Path("/proc/self/maps").read_text():
+        return
+    tcmalloc = ctypes.CDLL("libtcmalloc.so.4")
+    pid, name, started = os.getpid(), _process_name(), time.monotonic()
+    tcmalloc.HeapProfilerStart(str(folder / f"{name}-{pid}").encode())
+    allocated = ctypes.c_size_t()
+    while True:
+        time.sleep(every_s)
+        tcmalloc.HeapProfilerDump(b"soak")
+        tcmalloc.MallocExtension_GetNumericProperty(b"generic.current_allocated_bytes", ctypes.byref(allocated))
+        with (folder / "heap.jsonl").open("a") as out:
+            out.write(json.dumps({"process": name, "pid": pid, "t_s": int(time.monotonic() - started),
+                                  "allocated_mib": allocated.value / 2**20, "rss_mib": _rss_mib()}) + "\n")
+
+
+def _start_heap() -> None:
+    threading.Thread(target=_heap_loop, args=(Path(os.environ["LORAPLEX_SOAK_HEAP_DIR"]),
+                                               float(os.environ.get("LORAPLEX_SOAK_HEAP_EVERY_S", "600"))),
+                     name="soak-heap-profile", daemon=True).start()
+
+
+if os.environ.get("LORAPLEX_SOAK_HEAP_DIR"):
+    _start_heap()
 if os.environ.get("LORAPLEX_SOAK_TRACE_DIR"):
     _start()
     os.register_at_fork(after_in_child=_start)  # a forked child has no thread but this one

@@ -1,0 +1,57 @@
+"""The soak script's plumbing: the server's environment for tracing, and what the summary counts."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+
+import soak  # noqa: E402
+
+
+@pytest.fixture
+def results_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(soak, "RESULTS", tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize(("trace", "heap", "names"), [
+    (None, None, set()),
+    (8, None, {"PYTHONPATH", "LORAPLEX_SOAK_TRACE_DIR", "LORAPLEX_SOAK_TRACE_EVERY_S"}),
+    (None, 4, {"PYTHONPATH", "LD_PRELOAD", "LORAPLEX_SOAK_HEAP_DIR", "LORAPLEX_SOAK_HEAP_EVERY_S"}),
+    (8, 4, {"PYTHONPATH", "LD_PRELOAD", "LORAPLEX_SOAK_TRACE_DIR", "LORAPLEX_SOAK_TRACE_EVERY_S",
+            "LORAPLEX_SOAK_HEAP_DIR", "LORAPLEX_SOAK_HEAP_EVERY_S"}),
+])
+def test_trace_env(results_dir, monkeypatch, trace, heap, names):
+    monkeypatch.setattr(soak.ctypes.util, "find_library", lambda name: "libtcmalloc.so.4")
+    env = soak.trace_env(trace, heap)
+    assert set(env) == names
+    if heap is not None:
+        assert env["LD_PRELOAD"] == "libtcmalloc.so.4" and env["LORAPLEX_SOAK_HEAP_EVERY_S"] == str(heap * 60)
+    if names:
+        assert env["PYTHONPATH"].split(":")[0].endswith("scripts/soak_trace")
+        assert (results_dir / ".soak-trace").is_dir()
+
+
+def test_a_heap_profile_without_gperftools_says_what_to_install(results_dir, monkeypatch):
+    monkeypatch.setattr(soak.ctypes.util, "find_library", lambda name: None)
+    with pytest.raises(SystemExit, match="libgoogle-perftools4"):
+        soak.trace_env(None, 4)
+
+
+def test_requests_without_an_answer_are_counted_by_error_and_by_ledger_row():
+    results = [soak.Result("a", 0.0, 200, ttft_s=0.01, e2e_s=0.1),
+               soak.Result("b", 0.0, 0, e2e_s=0.1, error="RemoteProtocolError"),
+               soak.Result("c", 0.0, 0, e2e_s=0.1, error="RemoteProtocolError"),
+               soak.Result("d", 0.0, 0, e2e_s=0.1, error="ConnectError")]
+    samples = [soak.Sample(10.0, 100.0, 20, 4, 100.0, 100.0, 10.0)]
+    args = argparse.Namespace(minutes=1, window_minutes=1)
+    summary = soak.summarize("soak", args, 10.0, 6.0, results, samples, billed={"a", "b"})
+    assert summary["statuses"] == {"200": 1, "0": 3}
+    assert summary["client_errors"] == {"RemoteProtocolError": 2, "ConnectError": 1}
+    assert summary["unanswered_with_ledger_row"] == 1
+    assert summary["answered_without_ledger_row"] == 0
