@@ -122,7 +122,7 @@ def worker(variant: str, out_path: Path, quick: bool, repeats: int, only: str | 
     out_path.write_text(json.dumps(results))
 
 
-def _run_variant(variant: str, out_dir: Path, quick: bool, repeats: int, model: str) -> list[dict]:
+def run_variant(variant: str, out_dir: Path, quick: bool, repeats: int, model: str) -> list[dict]:
     tmp, log = out_dir / f".kernels-{variant}.json", out_dir / f".kernels-{variant}.log"
     kernels = {"no-lora": "eager", "compiled": "native"}.get(variant, variant)
     env = {**os.environ, "LORAPLEX_LORA_KERNELS": kernels, "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -149,7 +149,7 @@ def run(out_dir: Path, quick: bool, demo: BenchModel) -> dict:
         for variant in variants:
             print(f"[kernels] round {round_index + 1}/{rounds}, variant {variant}: starting engine",
                   file=sys.stderr, flush=True)
-            for row in _run_variant(variant, out_dir, quick, repeats, demo.name):
+            for row in run_variant(variant, out_dir, quick, repeats, demo.name):
                 kept = runs[variant].setdefault(row["workload"], {**row, "runs": []})
                 kept["runs"] += row["runs"]
     results = {}
