@@ -43,11 +43,6 @@ logger = logging.getLogger(__name__)
 # growth against 362 in scripts/bench_onednn_cache.py) and keeps torch's bfloat16 bmm, which has no cache of its
 # own, near the default's speed (99 against 87 us a call), where 0 made it 6.5x slower.
 ONEDNN_PRIMITIVE_CACHE = 64
-# glibc raises its mmap threshold (up to 32 MiB) each time a large mmapped block is freed, so the engine's large,
-# short-lived buffers move into its arenas, whose freed space it keeps: with what the program holds flat (a heap
-# profile, docs/reliability.md), the worker's RSS still crept. A fixed threshold returns each large block to the
-# system when freed.
-MALLOC_MMAP_THRESHOLD = 128 * 2**10
 
 
 def model_id_of(config: EngineConfig) -> str:
@@ -154,7 +149,6 @@ class LoraplexEngine:
     def start(self) -> None:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(self.config.kv_cache_gib))))
         os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_PRIMITIVE_CACHE))  # read by the workers
-        os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(MALLOC_MMAP_THRESHOLD))  # read by glibc in each process
         # The compiled graph's caches (vLLM's and inductor's), kept with the rest of loraplex's data: a restart
         # with the same model and settings reuses the generated code.
         os.environ.setdefault("VLLM_CACHE_ROOT", str(data_home() / "compile-cache" / "vllm"))

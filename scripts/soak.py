@@ -351,7 +351,7 @@ def main() -> None:
             config, key = tenants_file(state, dict(args.admission))
             extra, headers = (*extra, "--config", str(config)), {"Authorization": f"Bearer {key}"}
         cmd = loraplex_command(port, {}, max_loras=4, max_cpu_loras=8, extra=("--demo", "tiny", *extra))
-        log = RESULTS / f".{args.mode}-server.log"
+        log = RESULTS / f".{args.mode}-server-{port}.log"  # by port: two runs side by side keep their own
         env = trace_env(args.trace_every_minutes, args.heap_profile_every_minutes)
         with running(cmd, port, log, ready_path="/ready", env=env) as base:
             server_pid = int(next(p for p in Path("/proc").iterdir() if p.name.isdigit()

@@ -9,7 +9,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import _descendants
 from tests.engine_gate import EngineGate, until_engine_holds
 
 PROMPTS = [
@@ -135,18 +134,3 @@ def test_the_session_engine_is_compiled_with_lora_ops_in_its_graph(server):
     assert any(line.startswith("(EngineCore") and "LoRA engine compiled like one without LoRA" in line for line in log)
     ready = [line for line in log if "engine ready in" in line]
     assert ready and "compilation mode NONE" not in ready[0] and "compilation mode" in ready[0]
-
-
-def test_the_engine_processes_run_with_loraplexs_memory_settings(server, server_process):
-    """What `LoraplexEngine.start` sets for the engine's processes (docs/reliability.md) is in the environment the
-    engine core and the worker were started with: glibc and oneDNN read it when a process starts."""
-    def environ(pid: int) -> dict[str, str]:
-        pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        return dict(p.decode().partition("=")[::2] for p in pairs if p)
-
-    wanted = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64", "MALLOC_MMAP_THRESHOLD_": "131072"}
-    engines = [pid for pid in _descendants(server_process.proc.pid)
-               if Path(f"/proc/{pid}/comm").read_text().strip() in ("VLLM::EngineCor", "VLLM::Worker")]
-    assert len(engines) == 2
-    for pid in engines:
-        assert {k: environ(pid).get(k) for k in wanted} == wanted
