@@ -34,6 +34,7 @@ from engine.types import (
     PositionLogprobs,
     TokenLogprob,
 )
+from engine.worker import malloc_trim
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +150,7 @@ class LoraplexEngine:
     def start(self) -> None:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(self.config.kv_cache_gib))))
         os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_PRIMITIVE_CACHE))  # read by the workers
+        malloc_trim.period_s(os.environ)  # read by the workers: a bad value fails here, by name
         # The compiled graph's caches (vLLM's and inductor's), kept with the rest of loraplex's data: a restart
         # with the same model and settings reuses the generated code.
         os.environ.setdefault("VLLM_CACHE_ROOT", str(data_home() / "compile-cache" / "vllm"))

@@ -27,7 +27,8 @@ HEALTH_CHECK_PERIOD_S = 2.0  # a replica whose engine died is replaced within se
 OBJECT_STORE_BYTES = 256 * 2**20
 # Variables every replica needs, wherever Ray started its worker (the server's LoRA compile switch included).
 _FORWARDED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "LORAPLEX_HOME", "VLLM_CPU_KVCACHE_SPACE",
-                  "PYTHONPATH", "LORAPLEX_LORA_COMPILE")
+                  "PYTHONPATH", "LORAPLEX_LORA_COMPILE",
+                  "LORAPLEX_MALLOC_TRIM_S")
 
 
 def _autoscaling(cluster: ClusterConfig) -> AutoscalingConfig:

@@ -5,11 +5,12 @@ vLLM loads it in every process it starts (front end, engine core, workers), whic
 
 from __future__ import annotations
 
-from engine.worker import orphan_guard
+from engine.worker import malloc_trim, orphan_guard
 
 
 def register() -> None:
     orphan_guard.watch_parent()
+    malloc_trim.start()
     # vLLM calls this while it imports itself; its platform and LoRA modules are only safe to import now.
     from vllm.platforms import current_platform
 
