@@ -31,6 +31,10 @@ class ServerConfig(BaseModel):
                       description=f"TCP port to bind; ${PORT_ENV}, when set, overrides it.")
     log_level: typing.Literal["debug", "info", "warning", "error"] = Field(default="info",
                                                                           description="Log level.")
+    keep_alive_s: float = Field(default=75.0, gt=0, description="How long an idle HTTP/1.1 connection is kept "
+                                "open. Longer than clients' own idle expiry (5 s in httpx, so in the openai SDK), so "
+                                "that a client never sends on a connection the server is closing; behind a load "
+                                "balancer, keep it above the balancer's idle timeout (60 s on AWS's ALB).")
     grpc_port: int | None = Field(default=None, ge=0, le=65535,
                                   description="Also serve the Open Inference Protocol v2 (KServe, Triton) over gRPC "
                                   "on this port of --host (0: a free one; the log says which). Default: HTTP only.")

@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 
+from api.config import ServerConfig
 from api.input_limits import InputLimits
 from api.lifecycle import DrainingServer, http_config
 
@@ -15,11 +16,13 @@ from api.lifecycle import DrainingServer, http_config
 class RunningServer:
     """A DrainingServer on its own thread and event loop, on a loopback port chosen by the kernel."""
 
-    def __init__(self, app, lifecycle, drain_timeout_s: float = 30.0, limits: InputLimits = InputLimits()):
+    def __init__(self, app, lifecycle, drain_timeout_s: float = 30.0, limits: InputLimits = InputLimits(),
+                 keep_alive_s: float = ServerConfig.model_fields["keep_alive_s"].default):
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = http_config(app, limits, log_level="warning", graceful_timeout_s=1)
+        config = http_config(app, limits, ServerConfig(log_level="warning", keep_alive_s=keep_alive_s),
+                             graceful_timeout_s=1)
         self.server = DrainingServer(config, lifecycle, drain_timeout_s)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._run, daemon=True)

@@ -3,12 +3,17 @@ open, so the checks during the drain do not race the end of the running request.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
 import httpx
 import pytest
+from openai._constants import DEFAULT_CONNECTION_LIMITS
 
+from api.config import ServerConfig
+from api.input_limits import InputLimits
+from api.lifecycle import http_config
 from api.tenancy.ledger import UsageLedger
 from tests.api.running_server import RunningServer
 
@@ -81,3 +86,38 @@ def test_drain_timeout_bounds_the_wait(fake_app, fake_server, held):
     with UsageLedger.reader(fake_server.ledger.path) as ledger:
         rows = ledger.query()
     assert [(r["status"], r["completion_tokens"]) for r in rows] == [(499, 1)]
+
+
+def test_the_default_keep_alive_outlasts_the_openai_clients_idle_connections():
+    """A server that closes an idle connection first races the client's next request on it: the request is lost
+    without an answer. The openai SDK (httpx) drops its own idle connections after 5 s."""
+    assert ServerConfig().keep_alive_s > DEFAULT_CONNECTION_LIMITS.keepalive_expiry
+    assert http_config(None, InputLimits(), ServerConfig(keep_alive_s=42)).timeout_keep_alive == 42
+
+
+def _get(sock: socket.socket) -> bytes:
+    sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: test\r\n\r\n")
+    reply = sock.recv(65536)
+    head, _, body = reply.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    length = int(next(line.split(b":")[1] for line in lines if line.lower().startswith(b"content-length")))
+    while len(body) < length:
+        body += sock.recv(65536)
+    return lines[0]
+
+
+def test_an_idle_connection_is_closed_after_keep_alive_s(fake_app, fake_server):
+    with RunningServer(fake_app, fake_server.lifecycle, keep_alive_s=0.5) as running:
+        with socket.create_connection(running.sock.getsockname(), timeout=30) as sock:
+            asked = time.monotonic()  # the server's idle timer starts after this, when its answer is sent
+            assert _get(sock) == b"HTTP/1.1 200 OK"
+            assert sock.recv(1) == b"", "the server closed the idle connection"
+            assert time.monotonic() - asked >= 0.5
+
+
+def test_an_idle_connection_is_kept_by_default(fake_app, fake_server):
+    with RunningServer(fake_app, fake_server.lifecycle) as running:
+        with socket.create_connection(running.sock.getsockname(), timeout=30) as sock:
+            assert _get(sock) == b"HTTP/1.1 200 OK"
+            time.sleep(1.0)  # twice the short setting's idle time above, far below the default's
+            assert _get(sock) == b"HTTP/1.1 200 OK"
