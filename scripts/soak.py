@@ -4,6 +4,7 @@
     python scripts/soak.py overload --seconds 90 --load 2.0  # beyond capacity: only 429/503 + Retry-After
     python scripts/soak.py overload --admission max_running=16 --admission max_queue_wait_s=0.25
     python scripts/soak.py soak --minutes 30 --rate 6 --heap-profile-every-minutes 4   # where native memory goes
+    python scripts/soak.py soak --minutes 25 --trace-every-minutes 5 --trace-only VLLM::EngineCor   # its Python memory
 
 `--admission NAME=VALUE` sets the tenants file's `admission` section (a one-tenant file the script writes,
 with a key it generates); without it the server runs open with its defaults.
@@ -123,7 +124,8 @@ def tenants_file(state: str, admission: dict[str, float]) -> tuple[Path, str]:
     return path, key
 
 
-def trace_env(trace_every_minutes: float | None, heap_every_minutes: float | None) -> dict[str, str]:
+def trace_env(trace_every_minutes: float | None, heap_every_minutes: float | None,
+              trace_only: list[str] = ()) -> dict[str, str]:
     """The server's environment for `--trace-every-minutes` and `--heap-profile-every-minutes`: sitecustomize on
     its path, a fresh output folder; for the heap profiler, gperftools' TCMalloc preloaded in every server process."""
     if trace_every_minutes is None and heap_every_minutes is None:
@@ -137,6 +139,8 @@ def trace_env(trace_every_minutes: float | None, heap_every_minutes: float | Non
     env = {"PYTHONPATH": os.pathsep.join(path)}
     if trace_every_minutes is not None:
         env |= {"LORAPLEX_SOAK_TRACE_DIR": str(folder), "LORAPLEX_SOAK_TRACE_EVERY_S": str(trace_every_minutes * 60)}
+        if trace_only:
+            env["LORAPLEX_SOAK_TRACE_ONLY"] = ",".join(trace_only)
     if heap_every_minutes is not None:
         if not ctypes.util.find_library("tcmalloc"):
             raise SystemExit("--heap-profile-every-minutes needs gperftools' TCMalloc: apt-get install "
@@ -336,6 +340,9 @@ def main() -> None:
                         "every server process from so many minutes after it starts, and write a tracemalloc "
                         "snapshot every so many minutes after that under docs/results/.soak-trace/ "
                         "(scripts/soak_trace/sitecustomize.py; tracing slows the server)")
+    parser.add_argument("--trace-only", action="append", default=[], metavar="PROCESS",
+                        help="with --trace-every-minutes: trace only this process, by its name as `ps -o comm` "
+                        "shows it (VLLM::EngineCor, VLLM::Worker, python for the API server); repeatable")
     parser.add_argument("--heap-profile-every-minutes", type=float, default=None, help="run every server process "
                         "on gperftools' TCMalloc and start its heap profiler so many minutes after the process "
                         "starts; a profile and the bytes malloc holds every so many minutes after that, under "
@@ -352,7 +359,7 @@ def main() -> None:
             extra, headers = (*extra, "--config", str(config)), {"Authorization": f"Bearer {key}"}
         cmd = loraplex_command(port, {}, max_loras=4, max_cpu_loras=8, extra=("--demo", "tiny", *extra))
         log = RESULTS / f".{args.mode}-server-{port}.log"  # by port: two runs side by side keep their own
-        env = trace_env(args.trace_every_minutes, args.heap_profile_every_minutes)
+        env = trace_env(args.trace_every_minutes, args.heap_profile_every_minutes, args.trace_only)
         with running(cmd, port, log, ready_path="/ready", env=env) as base:
             server_pid = int(next(p for p in Path("/proc").iterdir() if p.name.isdigit()
                                   and _is_server(p, port)).name)

@@ -2,10 +2,11 @@
 native ones (`--heap-profile-every-minutes`).
 
 On the server's PYTHONPATH only for such a run: each Python process (the API server, vLLM's engine core and
-worker, forked or spawned) starts `tracemalloc` LORAPLEX_SOAK_TRACE_EVERY_S seconds after it starts (tracing
-imports and the engine's compile would take many minutes), then writes a snapshot to LORAPLEX_SOAK_TRACE_DIR every
-as many seconds, from a thread of its own (the Python API, so no lock is taken from outside). A snapshot holds what
-was allocated since tracing started and is still alive: growth between two of them is what the run kept.
+worker, forked or spawned; or only those LORAPLEX_SOAK_TRACE_ONLY names, by /proc/PID/comm) starts `tracemalloc`
+LORAPLEX_SOAK_TRACE_EVERY_S seconds after it starts (tracing imports and the engine's compile would take many
+minutes), then writes a snapshot to LORAPLEX_SOAK_TRACE_DIR every as many seconds, from a thread of its own (the
+Python API, so no lock is taken from outside). A snapshot holds what was allocated since tracing started and is
+still alive: growth between two of them is what the run kept.
 
 Native: the server runs with gperftools' TCMalloc preloaded (Debian's libgoogle-perftools4), and each process that
 maps it starts TCMalloc's heap profiler LORAPLEX_SOAK_HEAP_EVERY_S seconds after it starts, then dumps a profile to
@@ -44,9 +45,11 @@ def _write(folder: Path, started: float) -> None:
                               "rss_mib": _rss_mib()}) + "\n")
 
 
-def _loop(folder: Path, every_s: float) -> None:
+def _loop(folder: Path, every_s: float, only: set[str]) -> None:
     started = time.monotonic()
     time.sleep(every_s)
+    if only and Path("/proc/self/comm").read_text().strip() not in only:
+        return
     if not tracemalloc.is_tracing():
         tracemalloc.start(FRAMES)
     while True:
@@ -58,8 +61,9 @@ def _loop(folder: Path, every_s: float) -> None:
 
 
 def _start() -> None:
+    only = set(filter(None, os.environ.get("LORAPLEX_SOAK_TRACE_ONLY", "").split(",")))
     threading.Thread(target=_loop, args=(Path(os.environ["LORAPLEX_SOAK_TRACE_DIR"]),
-                                          float(os.environ.get("LORAPLEX_SOAK_TRACE_EVERY_S", "600"))),
+                                          float(os.environ.get("LORAPLEX_SOAK_TRACE_EVERY_S", "600")), only),
                      name="soak-tracemalloc", daemon=True).start()
 
 

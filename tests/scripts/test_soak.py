@@ -37,6 +37,12 @@ def test_trace_env(results_dir, monkeypatch, trace, heap, names):
         assert (results_dir / ".soak-trace").is_dir()
 
 
+def test_trace_only_names_the_processes_to_trace(results_dir):
+    env = soak.trace_env(8, None, ["VLLM::EngineCor", "python"])
+    assert env["LORAPLEX_SOAK_TRACE_ONLY"] == "VLLM::EngineCor,python"
+    assert "LORAPLEX_SOAK_TRACE_ONLY" not in soak.trace_env(8, None)
+
+
 def test_a_heap_profile_without_gperftools_says_what_to_install(results_dir, monkeypatch):
     monkeypatch.setattr(soak.ctypes.util, "find_library", lambda name: None)
     with pytest.raises(SystemExit, match="libgoogle-perftools4"):
