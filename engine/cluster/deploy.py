@@ -25,10 +25,9 @@ NAMESPACE = "loraplex"
 HEALTH_CHECK_PERIOD_S = 2.0  # a replica whose engine died is replaced within seconds
 # A small object store: only deltas and reports cross it (Ray's default reserves 30% of memory).
 OBJECT_STORE_BYTES = 256 * 2**20
-# Variables every replica needs, wherever Ray started its worker (the server's LoRA compile switch included).
+# Variables every replica needs, wherever Ray started its worker (the server's LoRA compile and trim switches too).
 _FORWARDED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "LORAPLEX_HOME", "VLLM_CPU_KVCACHE_SPACE",
-                  "PYTHONPATH", "LORAPLEX_LORA_COMPILE",
-                  "LORAPLEX_MALLOC_TRIM_S")
+                  "PYTHONPATH", "LORAPLEX_LORA_COMPILE", "LORAPLEX_MALLOC_TRIM_S")
 
 
 def _autoscaling(cluster: ClusterConfig) -> AutoscalingConfig:
