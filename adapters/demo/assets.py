@@ -115,6 +115,9 @@ def ensure_demo_assets(home: Path, config: DemoConfig | None = None) -> DemoAsse
         build(staging)
     _repoint_base_model(staging, root)
     (staging / "COMPLETE").write_text(config.folder + "\n")
+    if (root / "COMPLETE").is_file():  # another process (a second server, a soak beside it) finished first
+        shutil.rmtree(staging)
+        return assets
     shutil.rmtree(root, ignore_errors=True)
     staging.rename(root)
     _progress(f"demo assets ready in {time.monotonic() - started:.1f} s")
