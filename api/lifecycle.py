@@ -18,7 +18,6 @@ from types import FrameType
 import uvicorn
 from starlette.types import ASGIApp
 
-from api.config import ServerConfig
 from api.http_protocol import bounded_protocol
 from api.input_limits import InputLimits
 
@@ -63,12 +62,12 @@ class Lifecycle:
             return False
 
 
-def http_config(app: ASGIApp, limits: InputLimits, server: ServerConfig = ServerConfig(),
-                graceful_timeout_s: float = 5.0) -> uvicorn.Config:
+def http_config(app: ASGIApp, limits: InputLimits, host: str = "127.0.0.1", port: int = 8000,
+                log_level: str = "info", *, keep_alive_s: float, graceful_timeout_s: float = 5.0) -> uvicorn.Config:
     """uvicorn's settings for the server: httptools with the request head bounded by `max_header_bytes`
-    (a larger one gets a 431 and the connection is closed), idle connections kept `server.keep_alive_s`."""
-    return uvicorn.Config(app, host=server.host, port=server.port, log_level=server.log_level,
-                          http=bounded_protocol(limits.max_header_bytes), timeout_keep_alive=server.keep_alive_s,
+    (a larger one gets a 431 and the connection is closed), idle connections kept `keep_alive_s`."""
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                          http=bounded_protocol(limits.max_header_bytes), timeout_keep_alive=keep_alive_s,
                           timeout_graceful_shutdown=graceful_timeout_s)
 
 

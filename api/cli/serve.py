@@ -249,5 +249,6 @@ def serve(args: argparse.Namespace) -> None:
     grpc_front = None
     if config.server.grpc_port is not None:
         grpc_front = GrpcFront(server, config.server.host, config.server.grpc_port)
-    http = http_config(create_app(server, grpc_front), config.input_limits, config.server)
+    http = http_config(create_app(server, grpc_front), config.input_limits, config.server.host, config.server.port,
+                       config.server.log_level, keep_alive_s=config.server.keep_alive_s)
     DrainingServer(http, server.lifecycle, config.serving.drain_timeout_s).run()

@@ -21,8 +21,7 @@ class RunningServer:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = http_config(app, limits, ServerConfig(log_level="warning", keep_alive_s=keep_alive_s),
-                             graceful_timeout_s=1)
+        config = http_config(app, limits, log_level="warning", keep_alive_s=keep_alive_s, graceful_timeout_s=1)
         self.server = DrainingServer(config, lifecycle, drain_timeout_s)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._run, daemon=True)

@@ -92,7 +92,7 @@ def test_the_default_keep_alive_outlasts_the_openai_clients_idle_connections():
     """A server that closes an idle connection first races the client's next request on it: the request is lost
     without an answer. The openai SDK (httpx) drops its own idle connections after 5 s."""
     assert ServerConfig().keep_alive_s > DEFAULT_CONNECTION_LIMITS.keepalive_expiry
-    assert http_config(None, InputLimits(), ServerConfig(keep_alive_s=42)).timeout_keep_alive == 42
+    assert http_config(None, InputLimits(), keep_alive_s=42).timeout_keep_alive == 42
 
 
 def _get(sock: socket.socket) -> bytes:
