@@ -13,7 +13,7 @@ from openai._constants import DEFAULT_CONNECTION_LIMITS
 
 from api.config import ServerConfig
 from api.input_limits import InputLimits
-from api.lifecycle import http_config
+from api.lifecycle import Lifecycle, http_config
 from api.tenancy.ledger import UsageLedger
 from tests.api.running_server import RunningServer
 
@@ -95,9 +95,22 @@ def test_the_default_keep_alive_outlasts_the_openai_clients_idle_connections():
     assert http_config(None, InputLimits(), keep_alive_s=42).timeout_keep_alive == 42
 
 
+async def _ok(scope, receive, send):
+    """The smallest HTTP app: keep-alive is uvicorn's, whatever the app."""
+    if scope["type"] == "http":
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
 def _get(sock: socket.socket) -> bytes:
-    sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: test\r\n\r\n")
-    reply = sock.recv(65536)
+    """One request on an open connection; the reply's status line."""
+    sock.sendall(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
+    reply = b""
+    while b"\r\n\r\n" not in reply:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("the server closed the connection instead of answering")
+        reply += chunk
     head, _, body = reply.partition(b"\r\n\r\n")
     lines = head.split(b"\r\n")
     length = int(next(line.split(b":")[1] for line in lines if line.lower().startswith(b"content-length")))
@@ -106,18 +119,13 @@ def _get(sock: socket.socket) -> bytes:
     return lines[0]
 
 
-def test_an_idle_connection_is_closed_after_keep_alive_s(fake_app, fake_server):
-    with RunningServer(fake_app, fake_server.lifecycle, keep_alive_s=0.5) as running:
-        with socket.create_connection(running.sock.getsockname(), timeout=30) as sock:
-            asked = time.monotonic()  # the server's idle timer starts after this, when its answer is sent
-            assert _get(sock) == b"HTTP/1.1 200 OK"
-            assert sock.recv(1) == b"", "the server closed the idle connection"
-            assert time.monotonic() - asked >= 0.5
-
-
-def test_an_idle_connection_is_kept_by_default(fake_app, fake_server):
-    with RunningServer(fake_app, fake_server.lifecycle) as running:
-        with socket.create_connection(running.sock.getsockname(), timeout=30) as sock:
-            assert _get(sock) == b"HTTP/1.1 200 OK"
-            time.sleep(1.0)  # twice the short setting's idle time above, far below the default's
-            assert _get(sock) == b"HTTP/1.1 200 OK"
+def test_an_idle_connection_is_closed_after_keep_alive_s_and_kept_longer_by_default():
+    with RunningServer(_ok, Lifecycle(), keep_alive_s=0.5) as short, RunningServer(_ok, Lifecycle()) as default, \
+            socket.create_connection(short.sock.getsockname(), timeout=30) as to_short, \
+            socket.create_connection(default.sock.getsockname(), timeout=30) as to_default:
+        asked = time.monotonic()  # both idle timers start after this, when the answers are sent
+        assert _get(to_default) == b"HTTP/1.1 200 OK"  # idle from before the short server's answer
+        assert _get(to_short) == b"HTTP/1.1 200 OK"
+        assert to_short.recv(1) == b"", "the short setting closed its idle connection"
+        assert time.monotonic() - asked >= 0.5, "and not before its time"
+        assert _get(to_default) == b"HTTP/1.1 200 OK", "idle longer than that, the default's is still served"
