@@ -26,8 +26,13 @@ from pathlib import Path
 FRAMES = 10
 
 
+def _comm() -> str:
+    return Path("/proc/self/comm").read_text().strip()
+
+
 def _process_name() -> str:
-    return Path("/proc/self/comm").read_text().strip().replace("/", "_").replace(":", "_")
+    """The process's name as a file name."""
+    return _comm().replace("/", "_").replace(":", "_")
 
 
 def _rss_mib() -> float:
@@ -48,7 +53,7 @@ def _write(folder: Path, started: float) -> None:
 def _loop(folder: Path, every_s: float, only: set[str]) -> None:
     started = time.monotonic()
     time.sleep(every_s)
-    if only and Path("/proc/self/comm").read_text().strip() not in only:
+    if only and _comm() not in only:
         return
     if not tracemalloc.is_tracing():
         tracemalloc.start(FRAMES)
