@@ -5,6 +5,7 @@
     python scripts/soak.py overload --admission max_running=16 --admission max_queue_wait_s=0.25
     python scripts/soak.py soak --minutes 30 --rate 6 --heap-profile-every-minutes 4   # where native memory goes
     python scripts/soak.py soak --minutes 25 --trace-every-minutes 5 --trace-only VLLM::EngineCor   # its Python memory
+    python scripts/soak.py soak --minutes 25 --allocators-every-minutes 2.5   # pymalloc's and glibc's arenas
 
 `--admission NAME=VALUE` sets the tenants file's `admission` section (a one-tenant file the script writes,
 with a key it generates); without it the server runs open with its defaults.
@@ -125,10 +126,11 @@ def tenants_file(state: str, admission: dict[str, float]) -> tuple[Path, str]:
 
 
 def trace_env(trace_every_minutes: float | None, heap_every_minutes: float | None,
-              trace_only: list[str] = ()) -> dict[str, str]:
-    """The server's environment for `--trace-every-minutes` and `--heap-profile-every-minutes`: sitecustomize on
-    its path, a fresh output folder; for the heap profiler, gperftools' TCMalloc preloaded in every server process."""
-    if trace_every_minutes is None and heap_every_minutes is None:
+              trace_only: list[str] = (), allocators_every_minutes: float | None = None) -> dict[str, str]:
+    """The server's environment for `--trace-every-minutes`, `--heap-profile-every-minutes` and
+    `--allocators-every-minutes`: sitecustomize on its path, a fresh output folder; for the heap profiler,
+    gperftools' TCMalloc preloaded in every server process."""
+    if trace_every_minutes is None and heap_every_minutes is None and allocators_every_minutes is None:
         return {}
     folder = RESULTS / ".soak-trace"
     if folder.exists():
@@ -141,6 +143,9 @@ def trace_env(trace_every_minutes: float | None, heap_every_minutes: float | Non
         env |= {"LORAPLEX_SOAK_TRACE_DIR": str(folder), "LORAPLEX_SOAK_TRACE_EVERY_S": str(trace_every_minutes * 60)}
         if trace_only:
             env["LORAPLEX_SOAK_TRACE_ONLY"] = ",".join(trace_only)
+    if allocators_every_minutes is not None:
+        env |= {"LORAPLEX_SOAK_ALLOC_DIR": str(folder),
+                "LORAPLEX_SOAK_ALLOC_EVERY_S": str(allocators_every_minutes * 60)}
     if heap_every_minutes is not None:
         if not ctypes.util.find_library("tcmalloc"):
             raise SystemExit("--heap-profile-every-minutes needs gperftools' TCMalloc: apt-get install "
@@ -347,6 +352,10 @@ def main() -> None:
                         "on gperftools' TCMalloc and start its heap profiler so many minutes after the process "
                         "starts; a profile and the bytes malloc holds every so many minutes after that, under "
                         "docs/results/.soak-trace/ (native allocations: what tracemalloc does not see)")
+    parser.add_argument("--allocators-every-minutes", type=float, default=None, help="every so many minutes, "
+                        "each server process appends its allocators' own view to docs/results/.soak-trace/"
+                        "allocators.jsonl: pymalloc's arenas (mapped, live and free bytes) and glibc's per arena "
+                        "(from the system, free): memory tracemalloc's live bytes do not show")
     args = parser.parse_args()
     load = args.load if args.load is not None else (0.6 if args.mode == "soak" else 2.0)
     seconds = args.minutes * 60 if args.mode == "soak" else args.seconds
@@ -359,7 +368,8 @@ def main() -> None:
             extra, headers = (*extra, "--config", str(config)), {"Authorization": f"Bearer {key}"}
         cmd = loraplex_command(port, {}, max_loras=4, max_cpu_loras=8, extra=("--demo", "tiny", *extra))
         log = RESULTS / f".{args.mode}-server-{port}.log"  # by port: two runs side by side keep their own
-        env = trace_env(args.trace_every_minutes, args.heap_profile_every_minutes, args.trace_only)
+        env = trace_env(args.trace_every_minutes, args.heap_profile_every_minutes, args.trace_only,
+                        args.allocators_every_minutes)
         with running(cmd, port, log, ready_path="/ready", env=env) as base:
             server_pid = int(next(p for p in Path("/proc").iterdir() if p.name.isdigit()
                                   and _is_server(p, port)).name)

@@ -12,12 +12,20 @@ Native: the server runs with gperftools' TCMalloc preloaded (Debian's libgoogle-
 maps it starts TCMalloc's heap profiler LORAPLEX_SOAK_HEAP_EVERY_S seconds after it starts, then dumps a profile to
 LORAPLEX_SOAK_HEAP_DIR every as many seconds and appends the bytes malloc holds for the program to heap.jsonl. Two
 profiles compare with `google-pprof --text --base=EARLIER python3 LATER` (package google-perftools).
+
+The allocators' own view (`--allocators-every-minutes`): every LORAPLEX_SOAK_ALLOC_EVERY_S seconds each process
+appends to LORAPLEX_SOAK_ALLOC_DIR/allocators.jsonl its pymalloc totals (arenas mapped, bytes in live blocks, bytes
+free inside them) and glibc's per arena (`malloc_info`: bytes the arena has from the system, bytes free in it).
+pymalloc maps its 1 MiB arenas itself, and a glibc arena keeps free chunks it cannot give back; neither shows in
+tracemalloc's live bytes.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import re
 import threading
 import time
 import tracemalloc
@@ -73,8 +81,6 @@ def _start() -> None:
 
 
 def _heap_loop(folder: Path, every_s: float) -> None:
-    import ctypes
-
     time.sleep(every_s)
     if "libtcmalloc.so" not in Path("/proc/self/maps").read_text():
         return
@@ -97,6 +103,67 @@ def _start_heap() -> None:
                      name="soak-heap-profile", daemon=True).start()
 
 
+PYMALLOC_LINES = {"arenas": r"# arenas allocated current\s*=\s*([\d,]+)",
+                  "live_bytes": r"# bytes in allocated blocks\s*=\s*([\d,]+)",
+                  "free_bytes_in_pools": r"# bytes in available blocks\s*=\s*([\d,]+)",
+                  "unused_pool_bytes": r"unused pools \* \d+ bytes\s*=\s*([\d,]+)"}
+
+
+def _pymalloc_totals(scratch: Path) -> dict[str, int]:
+    """CPython's own report (`sys._debugmallocstats`), written through a C FILE to `scratch`, not to stderr."""
+    libc = ctypes.CDLL(None)
+    libc.fopen.restype = ctypes.c_void_p
+    stream = libc.fopen(str(scratch).encode(), b"w")
+    try:
+        ctypes.pythonapi._PyObject_DebugMallocStats(ctypes.c_void_p(stream))
+    finally:
+        libc.fclose(ctypes.c_void_p(stream))
+    report = scratch.read_text()
+    return {key: int(re.search(pattern, report).group(1).replace(",", "")) for key, pattern in PYMALLOC_LINES.items()}
+
+
+def _glibc_arenas(scratch: Path) -> list[dict[str, int]]:
+    """glibc's `malloc_info` per arena: from the system (`system current`), free in it (fast bins and the rest)."""
+    libc = ctypes.CDLL(None)
+    libc.fopen.restype = ctypes.c_void_p
+    stream = libc.fopen(str(scratch).encode(), b"w")
+    try:
+        libc.malloc_info(0, ctypes.c_void_p(stream))
+    finally:
+        libc.fclose(ctypes.c_void_p(stream))
+    arenas = []
+    for heap in re.findall(r'<heap nr="(\d+)">(.*?)</heap>', scratch.read_text(), re.S):
+        number, body = heap
+        free = sum(int(size) for size in re.findall(r'<total type="(?:fast|rest)" count="\d+" size="(\d+)"/>', body))
+        system = int(re.search(r'<system type="current" size="(\d+)"/>', body).group(1))
+        arenas.append({"arena": int(number), "system_bytes": system, "free_bytes": free})
+    return arenas
+
+
+def _allocators_loop(folder: Path, every_s: float) -> None:
+    pid, started = os.getpid(), time.monotonic()
+    while True:
+        time.sleep(every_s)
+        try:
+            name = _process_name()  # vLLM names its processes after they start
+            scratch = folder / f".{name}-{pid}.txt"
+            record = {"process": name, "pid": pid, "t_s": int(time.monotonic() - started), "rss_mib": _rss_mib(),
+                      "pymalloc": _pymalloc_totals(scratch), "glibc": _glibc_arenas(scratch)}
+            with (folder / "allocators.jsonl").open("a") as out:
+                out.write(json.dumps(record) + "\n")
+        except Exception:  # a diagnostic: never take the process down
+            pass
+
+
+def _start_allocators() -> None:
+    threading.Thread(target=_allocators_loop, args=(Path(os.environ["LORAPLEX_SOAK_ALLOC_DIR"]),
+                                                     float(os.environ.get("LORAPLEX_SOAK_ALLOC_EVERY_S", "600"))),
+                     name="soak-allocators", daemon=True).start()
+
+
+if os.environ.get("LORAPLEX_SOAK_ALLOC_DIR"):
+    _start_allocators()
+    os.register_at_fork(after_in_child=_start_allocators)
 if os.environ.get("LORAPLEX_SOAK_HEAP_DIR"):
     _start_heap()
 if os.environ.get("LORAPLEX_SOAK_TRACE_DIR"):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -35,6 +37,50 @@ def test_trace_env(results_dir, monkeypatch, trace, heap, names):
     if names:
         assert env["PYTHONPATH"].split(":")[0].endswith("scripts/soak_trace")
         assert (results_dir / ".soak-trace").is_dir()
+
+
+def test_allocators_env_names_its_folder_and_period(results_dir):
+    env = soak.trace_env(None, None, allocators_every_minutes=2.5)
+    assert set(env) == {"PYTHONPATH", "LORAPLEX_SOAK_ALLOC_DIR", "LORAPLEX_SOAK_ALLOC_EVERY_S"}
+    assert env["LORAPLEX_SOAK_ALLOC_EVERY_S"] == "150.0"
+
+
+def _soak_site():
+    spec = importlib.util.spec_from_file_location("soak_site", Path(soak.__file__).parent / "soak_trace"
+                                                  / "sitecustomize.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # starts nothing: no LORAPLEX_SOAK_* variable is set here
+    return module
+
+
+def test_pymalloc_totals_are_read_from_cpythons_own_report(tmp_path):
+    soak_site = _soak_site()
+    before = soak_site._pymalloc_totals(tmp_path / "report.txt")
+    kept = [object() for _ in range(200_000)]  # about 3 MiB of 16-byte blocks: new arenas
+    after = soak_site._pymalloc_totals(tmp_path / "report.txt")
+    assert after["arenas"] > before["arenas"]
+    assert after["live_bytes"] - before["live_bytes"] >= 16 * len(kept)
+
+
+def test_glibc_arenas_show_blocks_in_use_and_blocks_freed(tmp_path):
+    soak_site = _soak_site()
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+
+    def totals() -> tuple[int, int]:
+        arenas = soak_site._glibc_arenas(tmp_path / "info.xml")
+        return (sum(a["system_bytes"] - a["free_bytes"] for a in arenas), sum(a["free_bytes"] for a in arenas))
+
+    in_use_before, _ = totals()
+    blocks = [libc.malloc(64 * 1024) for _ in range(64)]  # 4 MiB of blocks below the mmap threshold: in an arena
+    in_use_held, free_held = totals()
+    for block in blocks[:-1]:  # the last one keeps the others from being trimmed off the top
+        libc.free(block)
+    _, free_after = totals()
+    libc.free(blocks[-1])
+    # Reading the report allocates and frees a little too: most of the blocks, not every byte.
+    assert in_use_held - in_use_before >= 60 * 64 * 1024
+    assert free_after - free_held >= 60 * 64 * 1024
 
 
 def test_trace_only_names_the_processes_to_trace(results_dir):
