@@ -15,7 +15,7 @@ profiles compare with `google-pprof --text --base=EARLIER python3 LATER` (packag
 
 The allocators' own view (`--allocators-every-minutes`): every LORAPLEX_SOAK_ALLOC_EVERY_S seconds each process
 appends to LORAPLEX_SOAK_ALLOC_DIR/allocators.jsonl its pymalloc totals (arenas mapped, bytes in live blocks, bytes
-free inside them) and glibc's per arena (`malloc_info`: bytes the arena has from the system, bytes free in it).
+free inside them) and glibc's per arena (`malloc_info`: bytes the arena has from the system, bytes free in its bins).
 pymalloc maps its 1 MiB arenas itself, and a glibc arena keeps free chunks it cannot give back; neither shows in
 tracemalloc's live bytes.
 """
@@ -123,7 +123,8 @@ def _pymalloc_totals(scratch: Path) -> dict[str, int]:
 
 
 def _glibc_arenas(scratch: Path) -> list[dict[str, int]]:
-    """glibc's `malloc_info` per arena: from the system (`system current`), free in it (fast bins and the rest)."""
+    """glibc's `malloc_info` per arena: from the system (`system current`), free in its bins (fast and the rest).
+    The arena's top chunk is in neither bin, so what is free at the top counts as not free here."""
     libc = ctypes.CDLL(None)
     libc.fopen.restype = ctypes.c_void_p
     stream = libc.fopen(str(scratch).encode(), b"w")
