@@ -16,8 +16,8 @@ profiles compare with `google-pprof --text --base=EARLIER python3 LATER` (packag
 The allocators' own view (`--allocators-every-minutes`): every LORAPLEX_SOAK_ALLOC_EVERY_S seconds each process
 appends to LORAPLEX_SOAK_ALLOC_DIR/allocators.jsonl its pymalloc totals (arenas mapped, bytes in live blocks, bytes
 free inside them) and glibc's per arena (`malloc_info`: bytes the arena has from the system, bytes free in its bins).
-pymalloc maps its 1 MiB arenas itself, and a glibc arena keeps free chunks it cannot give back; neither shows in
-tracemalloc's live bytes.
+pymalloc maps its 1 MiB arenas itself, and glibc's arenas hold native allocations and the free chunks they keep;
+tracemalloc's live bytes show none of these.
 """
 
 from __future__ import annotations
@@ -109,32 +109,30 @@ PYMALLOC_LINES = {"arenas": r"# arenas allocated current\s*=\s*([\d,]+)",
                   "unused_pool_bytes": r"unused pools \* \d+ bytes\s*=\s*([\d,]+)"}
 
 
-def _pymalloc_totals(scratch: Path) -> dict[str, int]:
-    """CPython's own report (`sys._debugmallocstats`), written through a C FILE to `scratch`, not to stderr."""
+def _c_report(scratch: Path, write) -> str:
+    """What `write(FILE *)` prints, through a C stream on `scratch` (not stderr)."""
     libc = ctypes.CDLL(None)
     libc.fopen.restype = ctypes.c_void_p
     stream = libc.fopen(str(scratch).encode(), b"w")
     try:
-        ctypes.pythonapi._PyObject_DebugMallocStats(ctypes.c_void_p(stream))
+        write(ctypes.c_void_p(stream))
     finally:
         libc.fclose(ctypes.c_void_p(stream))
-    report = scratch.read_text()
+    return scratch.read_text()
+
+
+def _pymalloc_totals(scratch: Path) -> dict[str, int]:
+    """CPython's own report (`sys._debugmallocstats`)."""
+    report = _c_report(scratch, ctypes.pythonapi._PyObject_DebugMallocStats)
     return {key: int(re.search(pattern, report).group(1).replace(",", "")) for key, pattern in PYMALLOC_LINES.items()}
 
 
 def _glibc_arenas(scratch: Path) -> list[dict[str, int]]:
     """glibc's `malloc_info` per arena: from the system (`system current`), free in its bins (fast and the rest).
     The arena's top chunk is in neither bin, so what is free at the top counts as not free here."""
-    libc = ctypes.CDLL(None)
-    libc.fopen.restype = ctypes.c_void_p
-    stream = libc.fopen(str(scratch).encode(), b"w")
-    try:
-        libc.malloc_info(0, ctypes.c_void_p(stream))
-    finally:
-        libc.fclose(ctypes.c_void_p(stream))
+    report = _c_report(scratch, lambda stream: ctypes.CDLL(None).malloc_info(0, stream))
     arenas = []
-    for heap in re.findall(r'<heap nr="(\d+)">(.*?)</heap>', scratch.read_text(), re.S):
-        number, body = heap
+    for number, body in re.findall(r'<heap nr="(\d+)">(.*?)</heap>', report, re.S):
         free = sum(int(size) for size in re.findall(r'<total type="(?:fast|rest)" count="\d+" size="(\d+)"/>', body))
         system = int(re.search(r'<system type="current" size="(\d+)"/>', body).group(1))
         arenas.append({"arena": int(number), "system_bytes": system, "free_bytes": free})
