@@ -1,4 +1,5 @@
-"""The soak script's plumbing: the server's environment for tracing, and what the summary counts."""
+"""The soak script's plumbing: the server's environment for tracing, the allocator reports it records, and what the
+summary counts."""
 
 from __future__ import annotations
 
