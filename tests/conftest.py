@@ -488,37 +488,55 @@ def tokenizer(demo_assets):
 # ---------------------------------------------------------------- SmolLM2: the embedded default, a real model
 
 
-@pytest.fixture(scope="module")
-def smollm2_assets(tmp_path_factory):
-    """SmolLM2 converted from the packaged GGUF (about 20 s, 540 MB) and its trained adapters, in a home of its own.
-    Module scope: built only when a module asks, gone with it."""
-    from adapters.demo.assets import DemoConfig, ensure_demo_assets
-
-    return ensure_demo_assets(tmp_path_factory.mktemp("smollm2-home"), DemoConfig(demo="smollm2"))
+@pytest.fixture(scope="session")
+def smollm2_home(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("smollm2-home")
 
 
-@pytest.fixture(scope="module")
-def smollm2_process(smollm2_assets):
-    """A second real server, on SmolLM2 with its four adapters in four engine slots, open (no tenants): started for
-    the module that asks for it and stopped when that module is done, so it never runs beside other heavy work for
-    long. The session's tiny server is not stopped: a restart costs more than it idles."""
+@pytest.fixture(scope="session")
+def smollm2_process(smollm2_home):
+    """A second real server, on SmolLM2 with its four adapters in four engine slots, open (no tenants). It builds
+    its assets itself in its home (SmolLM2 converted from the packaged GGUF and its trained adapters: about 30 s
+    on one core, 540 MB) before its engine starts. Launched, not awaited: see `launch_smollm2_server_early`."""
     ARTIFACTS.mkdir(exist_ok=True)
     log_path = ARTIFACTS / "server-smollm2.log"
     log_path.write_text("")
-    home = smollm2_assets.model_dir.parents[1]
-    env = {**os.environ, "LORAPLEX_HOME": str(home), "VLLM_CPU_KVCACHE_SPACE": "1", **EAGER}
+    env = {**os.environ, "LORAPLEX_HOME": str(smollm2_home), "LORAPLEX_DEMO_HOME": str(smollm2_home),
+           "VLLM_CPU_KVCACHE_SPACE": "1", **EAGER}
     argv = [sys.executable, "-m", "api.cli", "serve", "--demo", "smollm2", "--dtype", "float32", "--max-num-seqs", "32",
             "--max-loras", "4", "--max-cpu-loras", "4", "--drain-timeout-s", "10"]
     process = ServerProcess(argv, env, log_path)
-    process.start()
+    process.launch()
     yield process
     if process.proc.poll() is None:
         process.stop()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def launch_smollm2_server_early(request, private_data_home, shared_compile_cache):
+    """When the session will need the SmolLM2 server, it builds its assets and boots from the first test on, on the
+    core the unit tests leave free, instead of at its module (about 55 s there); it then idles until its module,
+    whose `smollm2_server` waits for it to be ready."""
+    if any("smollm2_process" in item.fixturenames for item in request.session.items):
+        request.getfixturevalue("smollm2_process")
+
+
 @pytest.fixture(scope="module")
 def smollm2_server(smollm2_process) -> str:
-    return smollm2_process.url
+    """Stopped when the module that asked is done, so it never runs beside the later modules' heavy work. The
+    session's tiny server is not stopped: a restart costs more than it idles."""
+    smollm2_process.ensure_running()
+    yield smollm2_process.url
+    if smollm2_process.proc.poll() is None:
+        smollm2_process.stop()
+
+
+@pytest.fixture(scope="module")
+def smollm2_assets(smollm2_server, smollm2_home):
+    """What the server built (ready means built)."""
+    from adapters.demo.assets import DemoConfig, ensure_demo_assets
+
+    return ensure_demo_assets(smollm2_home, DemoConfig(demo="smollm2"))
 
 
 @pytest.fixture(scope="module")
