@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.ports import free_port
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -95,12 +96,6 @@ def adapter_dirs(demo_assets, demo_home) -> dict[str, Path]:
                                                                  target_modules=MLP, seed=99),
                           demo_home / "extra-adapters" / EXTRA_ADAPTER)
     return {**demo_assets.adapter_dirs, EXTRA_ADAPTER: extra}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _descendants(pid: int) -> set[int]:
@@ -212,7 +207,7 @@ class ServerProcess:
 
     def __init__(self, argv: list[str], env: dict[str, str], log_path: Path):
         self.argv, self.env, self.log_path = argv, env, log_path
-        self.port = _free_port()
+        self.port = free_port()
         self.proc: subprocess.Popen | None = None
         self.ready = False
         self.children: set[int] = set()
@@ -303,7 +298,7 @@ def server_process(demo_home, adapter_dirs, tenants_file):
             "--metrics-top-n", "150",
             "--drift-reference-requests", str(DRIFT_WINDOW), "--drift-window-requests", str(DRIFT_WINDOW),
             "--adapter", f"{EXTRA_ADAPTER}={adapter_dirs[EXTRA_ADAPTER]}",
-            "--grpc-port", str(_free_port())]  # tests/e2e/test_grpc.py
+            "--grpc-port", str(free_port())]  # tests/e2e/test_grpc.py
     process = ServerProcess(argv, env, log_path)
     process.launch()
     yield process

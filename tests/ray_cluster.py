@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import _descendants
-from tests.state_servers import free_port
+from tests.ports import free_port
 
 START_TIMEOUT_S = 120
 STARTED = "Ray runtime started"

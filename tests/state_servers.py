@@ -16,18 +16,14 @@ from pathlib import Path
 
 import psycopg
 
+from tests.ports import free_port
+
 START_TIMEOUT_S = 60.0
 PG_USER = "postgres"  # initdb refuses root; the cluster runs as Debian's postgres account
 
 
 class StateServerError(RuntimeError):
     pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_for_port(port: int, proc: subprocess.Popen, what: str, log: Path) -> None:

@@ -19,7 +19,7 @@ from api.tenancy.config import TenantLimits
 from api.tenancy.limits_backend import LimitsUnavailable
 from api.tenancy.limits_redis import RedisLimits
 from api.tenancy.quotas import LimitExceeded
-from tests.state_servers import free_port
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 PROCESSES = 4
