@@ -62,6 +62,11 @@ def shared_compile_cache(tmp_path_factory):
 # Servers whose claims do not depend on the compiled graph run their engine eagerly: SmolLM2's cold compile costs
 # ~75 s on two cores. The session's tiny server keeps the default (compiled), and its exactness tests cover that path.
 EAGER = {"LORAPLEX_LORA_COMPILE": "off"}
+# Every engine the suite starts runs one OpenMP thread, bound to no core. vLLM's default on a 2-core machine binds an
+# engine's thread to core 0 and keeps core 1 for its frontend: right for one server, but the suite runs up to four
+# engines side by side (the session's, SmolLM2's, the cluster's replicas), which then all took turns on core 0.
+# One thread, as the default gives here, so the numerics are those of a served engine.
+UNBOUND_ENGINE = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
 # Test servers pass `--dtype float32`: exactness against transformers + peft holds in float32, and the default
 # (auto) is bfloat16 on a CPU that has it.
 
@@ -223,7 +228,8 @@ class ServerProcess:
     def launch(self) -> None:
         """Starts the process and returns at once; `wait_ready` (or `ensure_running`) waits for its engine."""
         log = self.log_path.open("a")
-        self.proc = subprocess.Popen([*self.argv, "--port", str(self.port)], cwd=REPO, env=self.env,
+        self.proc = subprocess.Popen([*self.argv, "--port", str(self.port)], cwd=REPO,
+                                     env={**self.env, **UNBOUND_ENGINE},
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self.ready = False
@@ -309,7 +315,8 @@ def server_process(demo_home, adapter_dirs, tenants_file):
 @pytest.fixture(scope="session", autouse=True)
 def launch_session_server_early(request, private_data_home, shared_compile_cache):
     """When the session will need the server, its engine boots (~60 s on two cores) from the first test on, beside
-    the unit tests that run before the end-to-end ones; the `server` fixture waits for it to be ready."""
+    the unit tests that run before the end-to-end ones (under `make test`, beside the other session,
+    `tests/run_suite.py`); the `server` fixture waits for it to be ready."""
     if any("server_process" in item.fixturenames for item in request.session.items):
         request.getfixturevalue("server_process")
 
@@ -317,12 +324,13 @@ def launch_session_server_early(request, private_data_home, shared_compile_cache
 @pytest.fixture(scope="session")
 def ray_cluster_launch(s3_endpoint):
     """The two-node Ray cluster of `tests/e2e/test_cluster.py` (`tests/ray_cluster.py`), launched in a thread: its
-    nodes start beside the unit tests, and the module waits for them. Its nodes reach the S3 store with the
-    environment they start with, as an operator's would."""
+    nodes start beside the tests that run before that module, and the module waits for them. Its nodes reach the S3
+    store with the environment they start with, as an operator's would."""
     from tests.ray_cluster import RayCluster
 
     root = Path(tempfile.mkdtemp(prefix="lpray-"))  # short: Ray's socket paths live under it
-    cluster = RayCluster(root, workers=1, env={**os.environ, **FAKE_AWS_ENV, "AWS_ENDPOINT_URL": s3_endpoint})
+    env = {**os.environ, **FAKE_AWS_ENV, "AWS_ENDPOINT_URL": s3_endpoint, **UNBOUND_ENGINE}
+    cluster = RayCluster(root, workers=1, env=env)
     cluster.launch()
     yield cluster
     cluster.kill()
