@@ -1,7 +1,7 @@
 """`make test`: the whole suite as two pytest sessions side by side, the end-to-end tests and the rest.
 
 The end-to-end tests (tests/e2e) spend most of their time waiting on their servers' engines; the rest (about 2,600
-tests, 3 minutes on one core) needs no server. Side by side they share the machine's cores instead of taking
+tests, 3 to 4 minutes on one core) needs no server. Side by side they share the machine's cores instead of taking
 turns. `python -m pytest` still runs everything in one session.
 
 The end-to-end session prints as it goes; the other's report is written to artifacts/pytest-rest.log and printed
