@@ -35,7 +35,7 @@ def free_port() -> int:
     index, count = _shard()
     ports = [port for port in range(FIRST_PORT, _ephemeral_start())
              if port % count == index and port not in _handed_out]
-    random.SystemRandom().shuffle(ports)  # two sessions side by side rarely try the same ports
+    random.SystemRandom().shuffle(ports)  # sessions not sharded (two checkouts) rarely try the same ones
     for port in ports:
         with socket.socket() as s:
             try:
