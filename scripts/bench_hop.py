@@ -3,8 +3,8 @@ output token (TPOT), against the single-process server, side by side in one run.
 
 The tiny demo model, base model only, one streamed request at a time (64 tokens, ignore_eos), the same engine
 flags. Setups run one after another, in interleaved rounds, each server started afresh with its own state; the
-medians over rounds are reported with every round's figures. The Ray setups differ in `--hop-window-ms` and in
-the environment the server (and the local Ray instance it starts, so its replica) runs with:
+medians over rounds are reported with every round's figures. The Ray setups (one replica, 20 ms window) differ in
+`--hop-transport` and `--replica-niceness`:
 
     python scripts/bench_hop.py --rounds 3        # writes docs/results/hop-<time>.json
 """
@@ -26,14 +26,13 @@ import httpx  # noqa: E402
 from bench_cluster import HOP_MAX_TOKENS, MODEL_ID, hop_latency  # noqa: E402
 from bench_servers import demo_assets, free_port, loraplex_command, own_state, running, say  # noqa: E402
 
-RAY_FLAGS = ("RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD", "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP")
-SETUPS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
-    "single process": ((), {}),
-    "ray, every step": (("--replicas", "1", "--hop-window-ms", "0"), {}),
-    "ray, 20 ms window": (("--replicas", "1", "--hop-window-ms", "20"), {}),
-    # Ray Serve's own flags: the replica's user code and the handle's router on the process's main event loop
-    # instead of a loop (and thread) of their own.
-    "ray, 20 ms window, one loop": (("--replicas", "1", "--hop-window-ms", "20"), {flag: "0" for flag in RAY_FLAGS}),
+RAY = ("--replicas", "1", "--hop-window-ms", "20")
+SETUPS: dict[str, tuple[str, ...]] = {
+    "single process": (),
+    # What Ray gives a replica unless told: its worker (and so its engine) at niceness 15, requests as actor calls.
+    "ray, actor calls, niceness 15": (*RAY, "--hop-transport", "actor", "--replica-niceness", "15"),
+    "ray, actor calls": (*RAY, "--hop-transport", "actor"),
+    "ray, gRPC (default)": RAY,
 }
 MEDIANS = ("ttft_p50_ms", "ttft_p90_ms", "tpot_p50_ms")
 
@@ -56,11 +55,11 @@ def main() -> None:
     runs: dict[str, list[dict]] = {name: [] for name in args.setups}
     for round_ in range(args.rounds):
         for name in args.setups:
-            extra, env = SETUPS[name]
+            extra = SETUPS[name]
             port = free_port()
             with tempfile.TemporaryDirectory(prefix="loraplex-bench-hop-") as state:
                 cmd = loraplex_command(port, {}, 1, 2, demo.model_dir, extra=(*own_state(state), *extra))
-                with running(cmd, port, args.out / ".hop.log", ready_path="/ready", env=env) as base:
+                with running(cmd, port, args.out / ".hop.log", ready_path="/ready") as base:
                     runs[name].append(asyncio.run(_measure(base, args.requests)))
             say(f"round {round_ + 1}, {name}: {runs[name][-1]}")
     medians = {name: {key: round(statistics.median(r[key] for r in rs), 3) for key in MEDIANS}
@@ -73,8 +72,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"hop-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
     path.write_text(json.dumps({"model": MODEL_ID, "max_tokens": HOP_MAX_TOKENS, "requests": args.requests,
-                                "setups": {name: {"extra_flags": SETUPS[name][0], "env": SETUPS[name][1]}
-                                           for name in args.setups},
+                                "setups": {name: {"extra_flags": SETUPS[name]} for name in args.setups},
                                 "runs": runs, "median": medians}, indent=2))
     for name, m in medians.items():
         print(f"{name:>24}: {m}")

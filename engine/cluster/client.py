@@ -14,12 +14,14 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from grpc.aio import AioRpcError
 from ray.exceptions import RayError, RayTaskError
 from vllm.tokenizers.registry import get_tokenizer
 
 from adapters.identity import AdapterIdentity, LocatedAdapter
 from adapters.manifest import Manifest
 from adapters.tiers import Acquired
+from engine.cluster.config import HOP_GRPC, ClusterConfig
 from engine.cluster.deploy import EngineDeployment
 from engine.cluster.report import ReplicaReport
 from engine.tracing import carrier
@@ -29,6 +31,11 @@ logger = logging.getLogger(__name__)
 
 FOUND_ON_REPLICA = "replica"
 START_ATTEMPTS = 3  # `Acquired.found_in` here: where it is loaded is the replica's business
+
+
+def handle_options(cluster: ClusterConfig) -> dict:
+    """Streaming calls; `_by_reference=False` is Ray Serve's direct transport, to the replica's own gRPC server."""
+    return {"stream": True, "_by_reference": cluster.hop_transport != HOP_GRPC}
 
 
 class RayEngineClient:
@@ -46,7 +53,7 @@ class RayEngineClient:
 
     def start(self) -> None:
         self._tokenizer = get_tokenizer(self.deployment.spec.engine.model)
-        self._handle = self.deployment.start().options(stream=True)
+        self._handle = self.deployment.start().options(**handle_options(self.deployment.cluster))
 
     def shutdown(self) -> None:
         self._handle = None
@@ -94,7 +101,7 @@ class RayEngineClient:
                 return
             except RayTaskError as e:
                 raise _cause(e) from e
-            except RayError as e:  # the replica died or became unreachable
+            except (RayError, AioRpcError) as e:  # the replica died or became unreachable (either transport)
                 if replica_id is not None:
                     self.reports.pop(replica_id, None)  # gone: it no longer holds anything
                 if replica_id is not None or attempt == START_ATTEMPTS:

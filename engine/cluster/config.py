@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 ROUTING_AFFINITY = "affinity"
 ROUTING_POWER_OF_TWO = "power_of_two"
+HOP_GRPC = "grpc"
 
 
 class ClusterConfig(BaseModel):
@@ -56,6 +57,13 @@ class ClusterConfig(BaseModel):
                                  "replica to this server in batches: the first token at once, then what the engine "
                                  "made within this many ms, in one message (each message costs CPU at both ends, "
                                  "whatever it holds). 0: every engine step on its own.")
+    hop_transport: Literal["grpc", "actor"] = Field(
+        default=HOP_GRPC, description="How a request and its tokens cross to the replica: 'grpc' over the "
+        "replica's own gRPC server (Ray Serve's direct transport: no Ray task per request, the first token sooner); "
+        "'actor' as a Ray actor call, its tokens as Ray generator items.")
+    replica_niceness: int = Field(default=0, ge=0, le=19, description="Niceness of each replica's process, and "
+                                  "so of its engine's (Ray's own default for workers is 15, below its daemons and "
+                                  "this server: the engine would yield the CPU to them on every token).")
     replica_num_cpus: float = Field(default=0.0, ge=0, description="CPUs Ray reserves per replica (0: schedule "
                                     "regardless; vLLM's own threads do the work).")
     adapter_replicas: dict[str, int] = Field(

@@ -60,7 +60,10 @@ def engine_application(cluster: ClusterConfig, spec: ReplicaSpec, drain_timeout_
     options: dict = {
         "name": DEPLOYMENT_NAME,
         "max_ongoing_requests": cluster.max_ongoing_requests,
-        "ray_actor_options": {"num_cpus": cluster.replica_num_cpus},
+        # The worker Ray starts for a replica takes its niceness from this variable (its engine's processes are its
+        # children, so they inherit it); the server's own variables reach it through the job's runtime env.
+        "ray_actor_options": {"num_cpus": cluster.replica_num_cpus,
+                              "runtime_env": {"env_vars": {"RAY_worker_niceness": str(cluster.replica_niceness)}}},
         "request_router_config": _router(cluster),
         "graceful_shutdown_timeout_s": drain_timeout_s,
         "health_check_period_s": HEALTH_CHECK_PERIOD_S,

@@ -7,6 +7,7 @@ One server for the module, on the tiny demo, with the session's tenants. The nod
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import uuid
@@ -267,6 +268,17 @@ def test_the_replicas_run_on_both_nodes(cluster, ray_cluster, keys):
     assert len(replicas) == 2, "both replicas have served (the greedy test sends to each)"
     assert {ray_cluster.node_of(r["pid"]) for r in replicas} == set(ray_cluster.nodes)
     assert len({r["node_id"] for r in replicas}) == 2
+
+
+def test_the_replicas_engines_run_at_the_servers_priority(cluster, keys):
+    """Ray starts its workers at niceness 15 (below its daemons and this server); a replica and its engine's
+    processes (the engine core and its workers, the replica's descendants) run at 0, as the nodes do."""
+    replicas = _status(cluster, keys)["replicas"]
+    assert len(replicas) == 2, "both replicas have served (the greedy test sends to each)"
+    for replica in replicas:
+        processes = [replica["pid"], *_descendants(replica["pid"])]
+        assert len(processes) >= 3, "the replica, its engine core and a worker"
+        assert {pid: os.getpriority(os.PRIO_PROCESS, pid) for pid in processes} == dict.fromkeys(processes, 0)
 
 
 def test_a_batch_runs_exact_through_both_nodes(cluster, server, keys, base_model_id, adapter_names):
