@@ -1,6 +1,6 @@
 """A stream's engine steps cross the Ray hop in batches: the first step alone and at once (time to first token), then
 whatever steps the engine made within `window_s` of the batch's first, in one streaming item. Each item costs
-the same to cross the hop (serialisation, one Ray message, a wake-up of the caller) whatever it holds, and both
+the same to cross the hop (serialisation, one message, a wake-up of the caller) whatever it holds, and both
 ends take that CPU from the engine.
 
 The engine's generator runs in a task of its own, so that waiting out a window never interrupts it; cancelling the
