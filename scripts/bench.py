@@ -96,8 +96,8 @@ SCENARIOS = {
                  bench_kernels.run, one_table(bench_kernels.table), bench_kernels.plot, in_quick=False,
                  models=("tiny", "mid")),
         Scenario("mixed", "loraplex's server with the eager grouped ops, the native kernel and the native kernel in "
-                 "the compiled graph, and vLLM's server without LoRA as the reference, interleaved: "
-                 "base-only traffic and three adapters mixed (vLLM's serving benchmark, 128 in / 64 out, "
+                 "the compiled graph, and vLLM's server without LoRA and with its stock LoRA ops as references, "
+                 "interleaved: base-only traffic and three adapters mixed (vLLM's serving benchmark, 128 in / 64 out, "
                  "concurrency 32).", bench_serving.mixed, one_table(bench_serving.mixed_table), in_quick=False,
                  models=("tiny", "mid")),
         Scenario("state", "What shared state costs a request: limit admission in-process vs Redis, one ledger "

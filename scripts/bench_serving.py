@@ -149,14 +149,16 @@ MIXED_CONCURRENCY = 32
 
 def mixed(out_dir: Path, quick: bool, demo: BenchModel) -> dict:
     """loraplex's server with each LoRA path (the eager grouped ops, the native kernel, the native kernel in the
-    compiled graph) and vLLM's own server without LoRA as the reference, interleaved over rounds: the same load
-    with base-model traffic only and, on loraplex, with the three demo adapters round-robin. Each round's ratios
-    are reported, so their spread shows the machine's noise."""
+    compiled graph) and two references, vLLM's own server without LoRA and vLLM's own server with LoRA as it ships
+    (its stock ops, no loraplex plugin: `VLLM_PLUGINS` empty), interleaved over rounds: the same load with
+    base-model traffic only and, on loraplex and the stock LoRA server, with the three demo adapters round-robin.
+    Each round's ratios are reported, so their spread shows the machine's noise."""
     adapters = list(demo.adapter_dirs)
     rounds = 1 if quick else 3
     num_prompts = (96 if quick else 192) // (2 if demo.name == "mid" else 1)
     runs: dict[str, list[dict]] = {k: [] for k in MIXED_VARIANTS}
     reference: list[float] = []
+    stock: list[float] = []  # vLLM's server with its stock LoRA ops, the three adapters mixed
 
     def load(url: str, loras: list[str]) -> dict:
         return vllm_bench(url, demo.model_id, demo.model_dir, MIXED_CONCURRENCY, num_prompts, loras, input_len=128,
@@ -169,6 +171,12 @@ def mixed(out_dir: Path, quick: bool, demo: BenchModel) -> dict:
                      out_dir / ".mixed-no-lora.log") as url:
             reference.append(load(url, [])["output_throughput"])
             say(f"  no-lora  base  {reference[-1]:7.0f} tok/s")
+        port = free_port()
+        say(f"mixed: round {r + 1}/{rounds}, vLLM's server with its stock LoRA ops: starting")
+        with running(vllm_command(port, demo.model_dir, demo.model_id, demo.adapter_dirs, 4, 8), port,
+                     out_dir / ".mixed-stock-lora.log", env={"VLLM_PLUGINS": ""}) as url:
+            stock.append(load(url, adapters)["output_throughput"])
+            say(f"  stock    mixed {stock[-1]:7.0f} tok/s")
         for variant, env in MIXED_VARIANTS.items():
             port = free_port()
             cmd = loraplex_command(port, demo.adapter_dirs, 4, 8, demo.model_dir)
@@ -181,6 +189,7 @@ def mixed(out_dir: Path, quick: bool, demo: BenchModel) -> dict:
                 row["ratio"] = row["mixed"]["output_throughput"] / row["base"]["output_throughput"]
                 row["mixed_vs_no_lora"] = row["mixed"]["output_throughput"] / reference[-1]
                 row["base_vs_no_lora"] = row["base"]["output_throughput"] / reference[-1]
+                row["mixed_vs_stock_lora"] = row["mixed"]["output_throughput"] / stock[-1]
                 runs[variant].append(row)
     summary = []
     for variant, rows in runs.items():
@@ -191,21 +200,26 @@ def mixed(out_dir: Path, quick: bool, demo: BenchModel) -> dict:
             "ratio_per_round": [r["ratio"] for r in rows],
             "base_vs_no_lora_per_round": [r["base_vs_no_lora"] for r in rows],
             "mixed_vs_no_lora_per_round": [r["mixed_vs_no_lora"] for r in rows],
+            "mixed_vs_stock_lora_per_round": [r["mixed_vs_stock_lora"] for r in rows],
             "mixed_ttft_p99_ms": statistics.fmean(r["mixed"]["p99_ttft_ms"] for r in rows),
             "base_ttft_p99_ms": statistics.fmean(r["base"]["p99_ttft_ms"] for r in rows),
         })
     return {"model": demo.model_id, "rounds": rounds, "adapters": adapters, "num_prompts": num_prompts,
             "concurrency": MIXED_CONCURRENCY, "input_len": 128, "output_len": 64, "no_lora_tok_s": reference,
-            "runs": runs, "summary": summary}
+            "stock_lora_mixed_tok_s": stock,            "runs": runs, "summary": summary}
 
 
 def mixed_table(results: dict):
-    """Runs saved before the no-LoRA reference have no `... / no-lora` columns."""
+    """Runs saved before the no-LoRA reference have no `... / no-lora` columns, those before the stock LoRA
+    reference no `... / vLLM stock LoRA` column."""
     with_reference = "no_lora_tok_s" in results
+    with_stock = "stock_lora_mixed_tok_s" in results
     headers = ["kernel", "base only tok/s", "3 adapters mixed tok/s", "mixed / base (mean)", "per round",
                "base TTFT p99 ms", "mixed TTFT p99 ms"]
     if with_reference:
         headers += ["base / no-lora per round", "mixed / no-lora per round"]
+    if with_stock:
+        headers += ["mixed / vLLM stock LoRA per round"]
     rows = []
     for s in results["summary"]:
         row = [s["kernel"], round(s["base_tok_s"]), round(s["mixed_tok_s"]),
@@ -214,6 +228,8 @@ def mixed_table(results: dict):
         if with_reference:
             row += [", ".join(f"{r:.2f}" for r in s[key]) for key in ("base_vs_no_lora_per_round",
                                                                       "mixed_vs_no_lora_per_round")]
+        if with_stock:
+            row += [", ".join(f"{r:.1f}" for r in s["mixed_vs_stock_lora_per_round"])]
         rows.append(row)
     return headers, rows
 

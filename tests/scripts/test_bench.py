@@ -127,6 +127,12 @@ def test_scenario_tables_on_fixtures(tmp_path):
     headers, rows = bench_serving.mixed_table(with_reference)
     assert headers[-2:] == ["base / no-lora per round", "mixed / no-lora per round"]
     assert rows[0][-2:] == ["0.91, 1.00", "0.80, 0.90"]
+    with_stock = {**with_reference, "stock_lora_mixed_tok_s": [10.0, 9.0], "summary": [
+        {**with_reference["summary"][0], "mixed_vs_stock_lora_per_round": [8.04, 10.0]}]}
+    headers, rows = bench_serving.mixed_table(with_stock)
+    assert headers[-3:] == ["base / no-lora per round", "mixed / no-lora per round",
+                            "mixed / vLLM stock LoRA per round"]
+    assert rows[0][-1] == "8.0, 10.0"
     bench_kernels.plot(KERNEL_FIXTURE, tmp_path / "k.png")
     assert (tmp_path / "k.png").stat().st_size > 0
 
