@@ -206,7 +206,7 @@ def mixed(out_dir: Path, quick: bool, demo: BenchModel) -> dict:
         })
     return {"model": demo.model_id, "rounds": rounds, "adapters": adapters, "num_prompts": num_prompts,
             "concurrency": MIXED_CONCURRENCY, "input_len": 128, "output_len": 64, "no_lora_tok_s": reference,
-            "stock_lora_mixed_tok_s": stock,            "runs": runs, "summary": summary}
+            "stock_lora_mixed_tok_s": stock, "runs": runs, "summary": summary}
 
 
 def mixed_table(results: dict):
