@@ -18,7 +18,7 @@ from vllm.platforms import current_platform
 from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine import exceptions as vllm_exceptions
 from vllm.v1.engine.async_llm import AsyncLLM
-from vllm.v1.metrics.loggers import StatLoggerBase
+from vllm.v1.metrics.loggers import PrometheusStatLogger, StatLoggerBase
 
 from adapters.home import data_home
 from adapters.identity import AdapterIdentity, LocatedAdapter
@@ -85,6 +85,31 @@ def _load_logger_factory(load: EngineLoad, step_listeners: list[StepListener]):
             pass
 
     return _LoadLogger
+
+
+class _UnexposedPrometheus(PrometheusStatLogger):
+    """Stands in for vLLM's Prometheus logger, which vLLM adds unless one is given. Its metrics go to
+    prometheus_client's global registry, which loraplex never serves (its /metrics has its own registry), so
+    recording them (a histogram observation per output token, several per finished request) was CPU the API
+    process spent for nobody."""
+
+    def __init__(self, vllm_config, engine_indexes=None):
+        pass
+
+    def record(self, *args, **kwargs):
+        pass
+
+    def record_admission_rejection(self, reason: str) -> None:
+        pass
+
+    def record_sleep_state(self, sleep: int = 0, level: int = 0):
+        pass
+
+    def log_engine_initialized(self):
+        pass
+
+    def log(self):
+        pass
 
 
 def _position(token_id: int, candidates: dict, tokenizer, num_top: int) -> PositionLogprobs:
@@ -174,7 +199,7 @@ class LoraplexEngine:
         )
         started = time.monotonic()
         logger.info("starting vLLM engine for %s (20-40 s on CPU; a model's first compile adds 30-80 s)", self.model_id)
-        loggers = [_load_logger_factory(self._load, self._step_listeners)]
+        loggers = [_load_logger_factory(self._load, self._step_listeners), _UnexposedPrometheus]
         self._llm = AsyncLLM.from_engine_args(args, stat_loggers=loggers)
         compilation = self._llm.vllm_config.compilation_config
         logger.info("engine ready in %.1f s (%s, compilation mode %s, backend %s)", time.monotonic() - started,
