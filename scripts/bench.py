@@ -1,6 +1,6 @@
 """loraplex benchmark suite. Each scenario is a named entry; results go to docs/results/ and docs/benchmarks.md.
 
-    python scripts/bench.py [SCENARIO ...] [--quick] [--model tiny|smollm2|mid]
+    python scripts/bench.py [SCENARIO ...] [--quick] [--model tiny|smollm2|mid] [--dtype float32|bfloat16]
     python scripts/bench.py --report docs/results/SCENARIO-STAMP.json   # tables of a saved run, into the doc
 
 Nothing here is asserted by the test suite: numbers are measured and reported, side by side in one run.
@@ -34,7 +34,7 @@ import bench_state  # noqa: E402
 import bench_tenants  # noqa: E402
 import bench_tiers  # noqa: E402
 from bench_report import markdown_table, replace_section, write_run  # noqa: E402
-from bench_servers import BENCH_MODELS, BenchModel, bench_model  # noqa: E402
+from bench_servers import BENCH_MODELS, ENGINE, BenchModel, bench_model  # noqa: E402
 
 from adapters.demo.smollm2 import MODEL_ID as SMOLLM2_ID  # noqa: E402
 from adapters.demo.tiny_llama import MID_LLAMA  # noqa: E402
@@ -55,6 +55,7 @@ class Scenario:
     plot: Callable[[dict, Path], None] | None = None
     in_quick: bool = True  # part of `make bench-quick` (which must finish in under 3 minutes)
     models: tuple[str, ...] = ("tiny",)  # the demo base models it runs on (--model)
+    dtypes: tuple[str, ...] = ("float32",)  # the engine dtypes it runs in (--dtype)
 
 
 def on_tiny(run: Callable[[Path, bool], dict]) -> Callable[[Path, bool, BenchModel], dict]:
@@ -66,15 +67,17 @@ def one_table(table: Callable[[dict], tuple[list[str], list[list]]]) -> Callable
     return lambda results: [("", *table(results))]
 
 
+# The scenarios whose servers take the engine dtype from bench_servers.ENGINE, so they can run in bfloat16 too.
+SERVER_DTYPES = ("float32", "bfloat16")
 SCENARIOS = {
     s.name: s
     for s in (
         Scenario("overhead", "loraplex vs vLLM's own OpenAI server, interleaved, same engine and adapters "
                  "(vLLM's serving benchmark as load).", bench_serving.overhead, one_table(bench_serving.overhead_table),
-                 models=BENCH_MODELS),
+                 models=BENCH_MODELS, dtypes=SERVER_DTYPES),
         Scenario("lora-scaling", "Output tokens/s with 0 (base only), 1, 4 and 16 distinct adapters in the traffic.",
                  bench_serving.lora_scaling, one_table(bench_serving.lora_scaling_table),
-                 bench_serving.lora_scaling_plot, models=BENCH_MODELS),
+                 bench_serving.lora_scaling_plot, models=BENCH_MODELS, dtypes=SERVER_DTYPES),
         Scenario("tiers", "Adapter tiers: TTFT and load latency by the tier an adapter is found in; output tokens/s "
                  "with 0, 1, 8 and 64 distinct adapters under Zipf traffic (max_loras 4, max_cpu_loras 16).",
                  on_tiny(bench_tiers.run), bench_tiers.tables, bench_tiers.plot, in_quick=False),
@@ -99,7 +102,7 @@ SCENARIOS = {
                  "the compiled graph, and vLLM's server without LoRA and with its stock LoRA ops as references, "
                  "interleaved: base-only traffic and three adapters mixed (vLLM's serving benchmark, 128 in / 64 out, "
                  "concurrency 32).", bench_serving.mixed, one_table(bench_serving.mixed_table), in_quick=False,
-                 models=("tiny", "mid")),
+                 models=BENCH_MODELS, dtypes=SERVER_DTYPES),
         Scenario("state", "What shared state costs a request: limit admission in-process vs Redis, one ledger "
                  "commit in SQLite vs PostgreSQL (loopback servers, no engine).",
                  on_tiny(bench_state.run), bench_state.tables, in_quick=False),
@@ -138,9 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", choices=BENCH_MODELS, default="tiny",
                         help="the base model and adapters: tiny (random Llama, the default), smollm2 "
                         "(SmolLM2-135M-Instruct) or mid (a random Llama of hidden 1024, 8 layers, three rank-16 "
-                        "adapters on all seven projections, generated for benchmarks); overhead, lora-scaling and "
-                        "baseline-hf run on all three, kernels and mixed on tiny and mid, tiers, noisy-neighbour, "
-                        "batch, cluster, state, routing, scale, admission, defaults and mixture on tiny only")
+                        "adapters on all seven projections, generated for benchmarks); overhead, lora-scaling, "
+                        "mixed and baseline-hf run on all three, kernels on tiny and mid, the others on tiny only")
+    parser.add_argument("--dtype", choices=SERVER_DTYPES, default="float32",
+                        help="the engines' dtype (default float32, the dtype of the exactness tests); bfloat16 for "
+                        "overhead, lora-scaling and mixed only, which give it a doc section of its own")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "results", help="where JSON and PNG files go (default: docs/results)")
     parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
     parser.add_argument("--report", type=Path, nargs="+", metavar="JSON",
@@ -155,10 +160,11 @@ def _shown(path: Path) -> Path:
 
 def report(scenario: Scenario, command: str, results: dict, path: Path, update_doc: bool) -> None:
     """Prints the run's tables (and draws its plot next to its JSON); updates its section of the doc (one per
-    scenario and model: a run on SmolLM2 does not replace the tiny model's)."""
-    model = results.get("model")
+    scenario, model and dtype: a run on SmolLM2 does not replace the tiny model's, nor a bfloat16 run a float32
+    one)."""
+    model, bf16 = results.get("model"), results.get("dtype") == "bfloat16"
     suffix = {SMOLLM2_ID: "smollm2", MID_LLAMA.model_id: "mid"}.get(model)
-    title = f"### `{scenario.name}`" + (f" on `{model}`" if suffix else "")
+    title = f"### `{scenario.name}`" + (f" on `{model}`" if suffix else "") + (" in bfloat16" if bf16 else "")
     command_line = f"Command: `{command}` ({results['wall_seconds']} s). Raw results: `{_shown(path)}`."
     body = [title, "", scenario.summary, "", command_line]
     for caption, headers, rows in scenario.tables(results):
@@ -169,7 +175,8 @@ def report(scenario: Scenario, command: str, results: dict, path: Path, update_d
         body += ["", f"Plot: `{_shown(png)}`."]
     print("\n".join(body[4:]), flush=True)
     if update_doc:
-        replace_section(DOC, f"bench-{scenario.name}" + (f"-{suffix}" if suffix else ""), "\n".join(body))
+        section = f"bench-{scenario.name}" + (f"-{suffix}" if suffix else "") + ("-bf16" if bf16 else "")
+        replace_section(DOC, section, "\n".join(body))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -185,6 +192,10 @@ def main(argv: list[str] | None = None) -> None:
     unsupported = [n for n in chosen if args.model not in SCENARIOS[n].models]
     if unsupported:
         build_parser().error(f"--model {args.model}: {', '.join(unsupported)} do(es) not run on it")
+    unsupported = [n for n in chosen if args.dtype not in SCENARIOS[n].dtypes]
+    if unsupported:
+        build_parser().error(f"--dtype {args.dtype}: {', '.join(unsupported)} do(es) not run in it")
+    ENGINE["dtype"] = args.dtype
     model = bench_model(args.model)
     for name in chosen:
         scenario = SCENARIOS[name]
@@ -192,7 +203,9 @@ def main(argv: list[str] | None = None) -> None:
         started = time.monotonic()
         results = scenario.run(args.out, args.quick, model)
         results["wall_seconds"] = round(time.monotonic() - started, 1)
-        path = write_run(args.out, name, command, {"quick": args.quick, "model": args.model}, results)
+        results["dtype"] = args.dtype
+        path = write_run(args.out, name, command, {"quick": args.quick, "model": args.model, "dtype": args.dtype},
+                         results)
         report(scenario, command, results, path, not args.no_doc)
         print(f"[bench] {name}: wrote {path}", file=sys.stderr, flush=True)
 

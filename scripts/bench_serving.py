@@ -155,7 +155,7 @@ def mixed(out_dir: Path, quick: bool, demo: BenchModel) -> dict:
     Each round's ratios are reported, so their spread shows the machine's noise."""
     adapters = list(demo.adapter_dirs)
     rounds = 1 if quick else 3
-    num_prompts = (96 if quick else 192) // (2 if demo.name == "mid" else 1)
+    num_prompts = (96 if quick else 192) // (1 if demo.name == "tiny" else 2)
     runs: dict[str, list[dict]] = {k: [] for k in MIXED_VARIANTS}
     reference: list[float] = []
     stock: list[float] = []  # vLLM's server with its stock LoRA ops, the three adapters mixed

@@ -42,7 +42,7 @@ def test_unknown_scenario_is_refused():
 
 def test_scenarios_on_smollm2():
     assert [n for n, s in bench.SCENARIOS.items() if "smollm2" in s.models] == ["overhead", "lora-scaling",
-                                                                               "baseline-hf"]
+                                                                               "baseline-hf", "mixed"]
     assert bench.build_parser().parse_args(["--model", "smollm2", "overhead"]).model == "smollm2"
     assert bench.build_parser().parse_args([]).model == "tiny"
 
@@ -64,6 +64,23 @@ def test_a_smollm2_run_has_a_section_of_its_own(tmp_path, monkeypatch):
     doc = (tmp_path / "bench.md").read_text()
     assert "<!-- bench-baseline-hf-smollm2:start -->" in doc and "<!-- bench-baseline-hf:start -->" in doc
     assert "### `baseline-hf` on `smollm2-135m-instruct`" in doc
+
+
+def test_bfloat16_runs_only_the_server_scenarios_and_gets_sections_of_its_own(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(bench, "bench_model", lambda name: pytest.fail("nothing should be built"))
+    with pytest.raises(SystemExit):
+        bench.main(["--dtype", "bfloat16", "kernels"])
+    assert "kernels do(es) not run in it" in capsys.readouterr().err
+    monkeypatch.setattr(bench, "DOC", tmp_path / "bench.md")
+    results = {"model": "smollm2-135m-instruct", "wall_seconds": 1.0, "adapters": [], "results": []}
+    scenario = bench.SCENARIOS["lora-scaling"]
+    for dtype in ("float32", "bfloat16"):
+        run = {**results, "dtype": dtype}
+        bench.report(scenario, "cmd", run, write_run(tmp_path, "lora-scaling", "cmd", {}, run), True)
+    doc = (tmp_path / "bench.md").read_text()
+    assert "<!-- bench-lora-scaling-smollm2:start -->" in doc
+    assert "<!-- bench-lora-scaling-smollm2-bf16:start -->" in doc
+    assert "### `lora-scaling` on `smollm2-135m-instruct` in bfloat16" in doc
 
 
 def test_quick_set_is_marked():
